@@ -1,0 +1,21 @@
+// Tensor shapes: a list of non-negative dimension sizes, row-major.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dtensor {
+
+using Shape = std::vector<int64_t>;
+
+// Product of the dims (1 for a scalar).
+int64_t num_elements(const Shape& shape);
+// Row-major strides in elements.
+std::vector<int64_t> row_major_strides(const Shape& shape);
+// "[2,3,4]"
+std::string shape_to_string(const Shape& shape);
+// Throws ShapeError naming `function` if a dim is negative.
+void validate_shape(const Shape& shape, const char* function);
+
+}  // namespace dtensor

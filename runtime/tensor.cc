@@ -1,0 +1,80 @@
+#include "runtime/tensor.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace dtensor {
+
+namespace {
+constexpr size_t kAlignment = 64;
+}
+
+Storage::Storage(size_t nbytes) : nbytes_(nbytes) {
+  size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  data_ = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+  if (data_ == nullptr) throw std::bad_alloc();
+}
+
+Storage::~Storage() { std::free(data_); }
+
+Tensor::Tensor() : Tensor(Shape{0}, DType::kF32, Device{}, std::make_shared<Storage>(0)) {}
+
+Tensor::Tensor(Shape shape, DType dtype, Device device, std::shared_ptr<Storage> storage)
+    : shape_(std::move(shape)),
+      dtype_(dtype),
+      device_(device),
+      num_elements_(dtensor::num_elements(shape_)),
+      storage_(std::move(storage)) {
+  validate_shape(shape_, "Tensor");
+  DTENSOR_CHECK(storage_ != nullptr && storage_->nbytes() >= nbytes());
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  validate_shape(shape, "Tensor::empty");
+  size_t nbytes = static_cast<size_t>(dtensor::num_elements(shape)) * dtype_size(dtype);
+  return Tensor(shape, dtype, device, std::make_shared<Storage>(nbytes));
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  std::memset(t.raw_data(), 0, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t = empty(shape_, dtype_, device_);
+  std::memcpy(t.raw_data(), raw_data(), nbytes());
+  return t;
+}
+
+Tensor Tensor::with_device(Device device) const { return Tensor(shape_, dtype_, device, storage_); }
+
+Tensor Tensor::reshaped(const Shape& shape) const {
+  if (dtensor::num_elements(shape) != num_elements_) {
+    throw_error<ShapeError>("Tensor::reshaped", "cannot reshape {} to {}", to_string(),
+                            shape_to_string(shape));
+  }
+  return Tensor(shape, dtype_, device_, storage_);
+}
+
+std::string Tensor::to_string() const {
+  return fmt::format("{}{}@{}", dtype_name(dtype_), shape_to_string(shape_),
+                     device_to_string(device_));
+}
+
+void Tensor::check_type(DType requested) const {
+  if (requested != dtype_) {
+    throw_error<DTypeError>("Tensor::data", "requested {} from a {} tensor", dtype_name(requested),
+                            to_string());
+  }
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
+         std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+}
+
+}  // namespace dtensor

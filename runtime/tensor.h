@@ -1,0 +1,98 @@
+// Tensor: a dense, contiguous, row-major array on one device.
+//
+// A Tensor is a handle: copies share the same storage (like a shared_ptr), so passing Tensors
+// around is cheap and `clone()` makes an independent copy. Storage is 64-byte aligned. Distinct
+// Tensors may be used from different threads; writes to one storage from several threads need
+// external synchronisation. `is_unique()` tells whether this handle is the only owner, which
+// copy-on-write users check before writing in place.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "runtime/device.h"
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+#include "runtime/shape.h"
+
+namespace dtensor {
+
+// Owns one 64-byte aligned allocation.
+class Storage {
+ public:
+  explicit Storage(size_t nbytes);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() { return data_; }
+  const void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+
+ private:
+  void* data_;
+  size_t nbytes_;
+};
+
+class Tensor {
+ public:
+  // An empty f32 scalar-less tensor (shape [0]); mostly a placeholder.
+  Tensor();
+  // Uninitialised storage for `shape` and `dtype` on `device`.
+  static Tensor empty(const Shape& shape, DType dtype, Device device = {});
+  // Zero-filled.
+  static Tensor zeros(const Shape& shape, DType dtype, Device device = {});
+  // Wraps existing storage; `storage` must hold at least num_elements(shape) * dtype_size bytes.
+  Tensor(Shape shape, DType dtype, Device device, std::shared_ptr<Storage> storage);
+
+  const Shape& shape() const { return shape_; }
+  int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
+  int64_t dim(int64_t i) const { return shape_[static_cast<size_t>(i)]; }
+  DType dtype() const { return dtype_; }
+  const Device& device() const { return device_; }
+  int64_t num_elements() const { return num_elements_; }
+  size_t nbytes() const { return static_cast<size_t>(num_elements_) * dtype_size(dtype_); }
+
+  void* raw_data() { return storage_->data(); }
+  const void* raw_data() const { return storage_->data(); }
+
+  // Typed access; throws DTypeError if T does not match dtype().
+  template <typename T>
+  T* data() {
+    check_type(dtype_of<T>());
+    return static_cast<T*>(storage_->data());
+  }
+  template <typename T>
+  const T* data() const {
+    check_type(dtype_of<T>());
+    return static_cast<const T*>(storage_->data());
+  }
+
+  // A deep copy with its own storage.
+  Tensor clone() const;
+  // Same storage, other device tag (for moving a handle between virtual CPU devices).
+  Tensor with_device(Device device) const;
+  // Same storage, other shape with the same number of elements.
+  Tensor reshaped(const Shape& shape) const;
+  // True if no other Tensor shares this storage.
+  bool is_unique() const { return storage_.use_count() == 1; }
+  bool shares_storage_with(const Tensor& other) const { return storage_ == other.storage_; }
+
+  // "f32[2,3]@CPU:0"
+  std::string to_string() const;
+
+ private:
+  void check_type(DType requested) const;
+
+  Shape shape_;
+  DType dtype_;
+  Device device_;
+  int64_t num_elements_;
+  std::shared_ptr<Storage> storage_;
+};
+
+// True if shapes, dtypes and bytes are identical (device tags are ignored).
+bool bitwise_equal(const Tensor& a, const Tensor& b);
+
+}  // namespace dtensor

@@ -1,0 +1,96 @@
+#include "runtime/tensor.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+
+using namespace dtensor;
+
+TEST_CASE("dtype sizes and names round-trip") {
+  for (DType d : {DType::kF32, DType::kF64, DType::kBF16, DType::kI32, DType::kI64, DType::kBool}) {
+    CHECK(parse_dtype(dtype_name(d)) == d);
+  }
+  CHECK(dtype_size(DType::kF32) == 4);
+  CHECK(dtype_size(DType::kF64) == 8);
+  CHECK(dtype_size(DType::kBF16) == 2);
+  CHECK(dtype_size(DType::kI32) == 4);
+  CHECK(dtype_size(DType::kI64) == 8);
+  CHECK(dtype_size(DType::kBool) == 1);
+  CHECK(is_floating(DType::kBF16));
+  CHECK_FALSE(is_floating(DType::kI32));
+  CHECK(is_integer(DType::kI64));
+}
+
+TEST_CASE("parse_dtype rejects unknown names") {
+  CHECK_THROWS_MATCHES(
+      parse_dtype("f16"), InvalidArgumentError,
+      Catch::Message(
+          "[parse_dtype] unknown dtype 'f16' (expected f32, f64, bf16, i32, i64, bool)"));
+}
+
+TEST_CASE("bfloat16 rounds to nearest even and keeps NaN") {
+  CHECK(static_cast<float>(BFloat16(1.0f)) == 1.0f);
+  CHECK(static_cast<float>(BFloat16(-2.5f)) == -2.5f);
+  // 1 + 2^-8 is halfway between two bf16 values: rounds to the even one, 1.0.
+  CHECK(static_cast<float>(BFloat16(1.0f + 1.0f / 256)) == 1.0f);
+  CHECK(static_cast<float>(BFloat16(1.0f + 3.0f / 256)) == 1.0f + 4.0f / 256);
+  float nan = static_cast<float>(BFloat16(std::numeric_limits<float>::quiet_NaN()));
+  CHECK(nan != nan);
+}
+
+TEST_CASE("tensor storage is 64-byte aligned and sized") {
+  for (int64_t n : {0, 1, 3, 17, 1000}) {
+    Tensor t = Tensor::empty({n, 3}, DType::kF64, Device{DeviceType::kCPU, 2});
+    CHECK(reinterpret_cast<uintptr_t>(t.raw_data()) % 64 == 0);
+    CHECK(t.num_elements() == n * 3);
+    CHECK(t.nbytes() == static_cast<size_t>(n * 3 * 8));
+    CHECK(t.device() == Device{DeviceType::kCPU, 2});
+  }
+}
+
+TEST_CASE("tensor handles share storage; clone copies") {
+  Tensor a = Tensor::zeros({2, 3}, DType::kF32);
+  CHECK(a.is_unique());
+  Tensor b = a;
+  CHECK_FALSE(a.is_unique());
+  b.data<float>()[4] = 7.0f;
+  CHECK(a.data<float>()[4] == 7.0f);
+  Tensor c = a.clone();
+  c.data<float>()[4] = 1.0f;
+  CHECK(a.data<float>()[4] == 7.0f);
+  CHECK_FALSE(c.shares_storage_with(a));
+  CHECK(bitwise_equal(a, b));
+  CHECK_FALSE(bitwise_equal(a, c));
+  CHECK(a.to_string() == "f32[2,3]@CPU:0");
+}
+
+TEST_CASE("typed access checks the dtype") {
+  Tensor t = Tensor::zeros({4}, DType::kI32);
+  CHECK_THROWS_MATCHES(t.data<float>(), DTypeError,
+                       Catch::Message("[Tensor::data] requested f32 from a i32[4]@CPU:0 tensor"));
+}
+
+TEST_CASE("reshape keeps the element count") {
+  Tensor t = Tensor::zeros({2, 6}, DType::kF32);
+  CHECK(t.reshaped({3, 4}).shape() == Shape{3, 4});
+  CHECK(t.reshaped({3, 4}).shares_storage_with(t));
+  CHECK_THROWS_MATCHES(t.reshaped({5}), ShapeError,
+                       Catch::Message("[Tensor::reshaped] cannot reshape f32[2,6]@CPU:0 to [5]"));
+}
+
+TEST_CASE("negative dims are rejected") {
+  CHECK_THROWS_MATCHES(Tensor::empty({2, -1}, DType::kF32), ShapeError,
+                       Catch::Message("[Tensor::empty] negative dim in shape [2,-1]"));
+}
+
+TEST_CASE("shape helpers") {
+  CHECK(num_elements({}) == 1);
+  CHECK(num_elements({2, 0, 3}) == 0);
+  CHECK(row_major_strides({2, 3, 4}) == std::vector<int64_t>{12, 4, 1});
+  CHECK(shape_to_string({2, 3}) == "[2,3]");
+  CHECK(device_to_string({DeviceType::kGPU, 1}) == "GPU:1");
+  CHECK(parse_device_type("CPU") == DeviceType::kCPU);
+  CHECK_THROWS_MATCHES(
+      parse_device_type("TPU"), InvalidArgumentError,
+      Catch::Message("[parse_device_type] unknown device type 'TPU' (CPU or GPU)"));
+}
