@@ -35,24 +35,6 @@ ReduceOp parse_reduce_op(std::string_view name, std::string_view whole) {
 
 }  // namespace
 
-std::string_view reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kMax:
-      return "max";
-    case ReduceOp::kMin:
-      return "min";
-  }
-  return "?";
-}
-
-ShardRange chunk_range(int64_t n, int64_t k, int64_t index) {
-  int64_t chunk = (n + k - 1) / k;
-  int64_t offset = std::min(index * chunk, n);
-  return {offset, std::min(chunk, n - offset)};
-}
-
 Layout::Layout(std::vector<std::string> sharding_specs, Mesh mesh, std::vector<PartialDim> partial)
     : mesh_(std::move(mesh)), specs_(std::move(sharding_specs)), partial_(std::move(partial)) {
   mesh_dim_of_.assign(specs_.size(), -1);
@@ -85,6 +67,13 @@ Layout::Layout(std::vector<std::string> sharding_specs, Mesh mesh, std::vector<P
     }
     if (partial_mask_ & bit) {
       throw_error<LayoutError>("Layout", "partial dim '{}' is listed twice", p.mesh_dim);
+    }
+    if (p.op != partial_.front().op) {
+      // Mixed ops would make the value depend on the order the terms are reduced in.
+      throw_error<LayoutError>("Layout",
+                               "partial dims mix {}({}) and {}({}); all must share one op",
+                               reduce_op_name(partial_.front().op), partial_.front().mesh_dim,
+                               reduce_op_name(p.op), p.mesh_dim);
     }
     partial_mask_ |= bit;
   }

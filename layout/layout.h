@@ -24,23 +24,14 @@
 #include <vector>
 
 #include "mesh/mesh.h"
+#include "runtime/reduce_op.h"
 #include "runtime/shape.h"
 
 namespace dtensor {
 
-enum class ReduceOp : uint8_t { kSum, kMax, kMin };
-
-std::string_view reduce_op_name(ReduceOp op);  // "sum", "max", "min"
-
 struct PartialDim {
   std::string mesh_dim;
   ReduceOp op = ReduceOp::kSum;
-};
-
-// Where one device's shard sits in one tensor dim.
-struct ShardRange {
-  int64_t offset = 0;
-  int64_t size = 0;
 };
 
 class Layout {
@@ -112,8 +103,5 @@ class Layout {
   MeshDimMask partial_mask_ = 0;
   MeshDimMask sharded_mask_ = 0;
 };
-
-// Chunk semantics for one dim: shard `index` of a dim of size `n` split `k` ways.
-ShardRange chunk_range(int64_t n, int64_t k, int64_t index);
 
 }  // namespace dtensor

@@ -84,10 +84,11 @@ TEST_CASE("parse of print is the identity for every layout") {
       }
     }
   }
-  Layout max_min({"x", "unsharded"}, Mesh::create({{"x", 2}, {"y", 2}, {"z", 2}}, DeviceType::kCPU),
-                 {{"z", ReduceOp::kMin}, {"y", ReduceOp::kMax}});
-  CHECK(Layout::from_string(max_min.to_string()) == max_min);
-  CHECK(max_min.short_string() == "[x,unsharded] partial:max(y),min(z)");
+  Layout max_partial({"x", "unsharded"},
+                     Mesh::create({{"x", 2}, {"y", 2}, {"z", 2}}, DeviceType::kCPU),
+                     {{"z", ReduceOp::kMax}, {"y", ReduceOp::kMax}});
+  CHECK(Layout::from_string(max_partial.to_string()) == max_partial);
+  CHECK(max_partial.short_string() == "[x,unsharded] partial:max(y),max(z)");
 }
 
 TEST_CASE("reads TF DTensor layout strings") {
@@ -138,8 +139,11 @@ TEST_CASE("layout validation: every rule has its error") {
                        Message("[Layout] mesh dim 'x' is both sharded and partial in [x]"));
   CHECK_THROWS_MATCHES(Layout({"x"}, mesh, {{"q", ReduceOp::kSum}}), LayoutError,
                        Message("[Layout] partial dim 'q' is not a dim of mesh x=2,y=4"));
-  CHECK_THROWS_MATCHES(Layout({"x"}, mesh, {{"y", ReduceOp::kSum}, {"y", ReduceOp::kMax}}),
+  CHECK_THROWS_MATCHES(Layout({"x"}, mesh, {{"y", ReduceOp::kSum}, {"y", ReduceOp::kSum}}),
                        LayoutError, Message("[Layout] partial dim 'y' is listed twice"));
+  CHECK_THROWS_MATCHES(
+      Layout({"unsharded"}, mesh, {{"y", ReduceOp::kSum}, {"x", ReduceOp::kMax}}), LayoutError,
+      Message("[Layout] partial dims mix sum(y) and max(x); all must share one op"));
   CHECK_THROWS_MATCHES(Layout::batch_sharded(mesh, "x", 2, 2), LayoutError,
                        Message("[Layout::batch_sharded] axis 2 out of range for rank 2"));
   CHECK_THROWS_MATCHES(Layout::inner_sharded(mesh, "x", 0), LayoutError,

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "runtime/error.h"
 
 namespace dtensor {
@@ -20,6 +22,12 @@ std::vector<int64_t> row_major_strides(const Shape& shape) {
 
 std::string shape_to_string(const Shape& shape) {
   return fmt::format("[{}]", fmt::join(shape, ","));
+}
+
+ShardRange chunk_range(int64_t n, int64_t k, int64_t index) {
+  int64_t chunk = (n + k - 1) / k;
+  int64_t offset = std::min(index * chunk, n);
+  return {offset, std::min(chunk, n - offset)};
 }
 
 void validate_shape(const Shape& shape, const char* function) {

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <new>
 
+#include "runtime/buffer_pool.h"
+
 namespace dtensor {
 
 namespace {
@@ -35,7 +37,7 @@ Tensor::Tensor(Shape shape, DType dtype, Device device, std::shared_ptr<Storage>
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   validate_shape(shape, "Tensor::empty");
   size_t nbytes = static_cast<size_t>(dtensor::num_elements(shape)) * dtype_size(dtype);
-  return Tensor(shape, dtype, device, std::make_shared<Storage>(nbytes));
+  return Tensor(shape, dtype, device, BufferPool::global().acquire(nbytes));
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {

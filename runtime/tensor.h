@@ -18,7 +18,8 @@
 
 namespace dtensor {
 
-// Owns one 64-byte aligned allocation.
+// Owns one 64-byte aligned allocation. Storage from BufferPool may be larger than the tensors
+// that use it: a Tensor's byte count comes from its shape, not from its storage.
 class Storage {
  public:
   explicit Storage(size_t nbytes);
@@ -39,7 +40,8 @@ class Tensor {
  public:
   // An empty f32 scalar-less tensor (shape [0]); mostly a placeholder.
   Tensor();
-  // Uninitialised storage for `shape` and `dtype` on `device`.
+  // Uninitialised storage for `shape` and `dtype` on `device`, taken from BufferPool::global()
+  // (it may hold old contents of a recycled buffer).
   static Tensor empty(const Shape& shape, DType dtype, Device device = {});
   // Zero-filled.
   static Tensor zeros(const Shape& shape, DType dtype, Device device = {});

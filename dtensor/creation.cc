@@ -1,0 +1,92 @@
+#include "dtensor/creation.h"
+
+#include <map>
+
+#include "dtensor/relayout.h"
+#include "runtime/random.h"
+
+namespace dtensor {
+namespace {
+
+// Builds one buffer per distinct box of `layout` (without its partial dims) with `make_box`,
+// shares it among the devices holding that box, then applies the partial dims.
+template <typename MakeBox>
+DTensor build(const char* function, const Shape& shape, const Layout& layout, DType dtype,
+              MakeBox&& make_box) {
+  validate_shape(shape, function);
+  layout.check_shape(shape, function);
+  const Mesh& mesh = layout.mesh();
+  const Layout full = layout.without_partial();
+  std::map<std::vector<int64_t>, Tensor> boxes;
+  std::vector<Tensor> shards;
+  shards.reserve(static_cast<size_t>(mesh.num_local_devices()));
+  for (int64_t id : mesh.local_device_ids()) {
+    std::vector<int64_t> offset = full.shard_offset(shape, id);
+    auto it = boxes.find(offset);
+    if (it == boxes.end()) {
+      Tensor box = Tensor::empty(full.shard_shape(shape, id), dtype, mesh_device(mesh, id));
+      make_box(box, offset);
+      it = boxes.emplace(std::move(offset), box).first;
+    }
+    shards.push_back(it->second.with_device(mesh_device(mesh, id)));
+  }
+  DTensor value = DTensor::from_trusted_shards(shape, dtype, full, std::move(shards));
+  return layout.is_partial() ? relayout(value, layout) : value;
+}
+
+void fill_value(Tensor& box, double value) {
+  visit_dtype(box.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    T v;
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      v = BFloat16(static_cast<float>(value));
+    } else {
+      v = static_cast<T>(value);
+    }
+    T* data = static_cast<T*>(box.raw_data());
+    for (int64_t i = 0; i < box.num_elements(); ++i) data[i] = v;
+  });
+}
+
+DTensor random(const char* function, const Shape& shape, const Layout& layout, DType dtype,
+               const RandomSpec& spec) {
+  return build(function, shape, layout, dtype,
+               [&](Tensor& box, const std::vector<int64_t>& offset) {
+                 fill_random_shard(box, shape, offset, spec);
+               });
+}
+
+}  // namespace
+
+DTensor zeros(const Shape& shape, const Layout& layout, DType dtype) {
+  return fill(shape, layout, 0.0, dtype);
+}
+
+DTensor ones(const Shape& shape, const Layout& layout, DType dtype) {
+  return fill(shape, layout, 1.0, dtype);
+}
+
+DTensor fill(const Shape& shape, const Layout& layout, double value, DType dtype) {
+  return build("fill", shape, layout, dtype,
+               [&](Tensor& box, const std::vector<int64_t>&) { fill_value(box, value); });
+}
+
+DTensor random_uniform(const Shape& shape, const Layout& layout, uint64_t seed, double minval,
+                       double maxval, DType dtype) {
+  return random("random_uniform", shape, layout, dtype,
+                {RandomDistribution::kUniform, seed, minval, maxval});
+}
+
+DTensor random_normal(const Shape& shape, const Layout& layout, uint64_t seed, double mean,
+                      double stddev, DType dtype) {
+  return random("random_normal", shape, layout, dtype,
+                {RandomDistribution::kNormal, seed, mean, stddev});
+}
+
+DTensor truncated_normal(const Shape& shape, const Layout& layout, uint64_t seed, double mean,
+                         double stddev, DType dtype) {
+  return random("truncated_normal", shape, layout, dtype,
+                {RandomDistribution::kTruncatedNormal, seed, mean, stddev});
+}
+
+}  // namespace dtensor

@@ -1,0 +1,187 @@
+#include "dtensor/dtensor.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "dtensor/relayout.h"
+#include "runtime/block.h"
+
+namespace dtensor {
+
+DTensor::DTensor(Shape shape, DType dtype, Layout layout, std::vector<Tensor> shards)
+    : shape_(std::move(shape)),
+      dtype_(dtype),
+      layout_(std::move(layout)),
+      shards_(std::move(shards)) {
+  validate_shape(shape_, "DTensor");
+  layout_.check_shape(shape_, "DTensor");
+  const Mesh& mesh = layout_.mesh();
+  if (static_cast<int64_t>(shards_.size()) != mesh.num_local_devices()) {
+    throw_error<InvalidArgumentError>(
+        "DTensor", "got {} components for the {} local devices of mesh {} (layout {})",
+        shards_.size(), mesh.num_local_devices(), mesh.dims_string(), layout_.short_string());
+  }
+  const auto& ids = mesh.local_device_ids();
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    Tensor& shard = shards_[i];
+    if (shard.dtype() != dtype_) {
+      throw_error<DTypeError>("DTensor", "component {} is {}, expected {}", i, shard.to_string(),
+                              dtype_name(dtype_));
+    }
+    if (shard.device().type != mesh.device_type()) {
+      throw_error<InvalidArgumentError>("DTensor", "component {} is on {}, the mesh has {} devices",
+                                        i, device_to_string(shard.device()),
+                                        device_type_name(mesh.device_type()));
+    }
+    Shape expected = layout_.shard_shape(shape_, ids[i]);
+    if (shard.shape() != expected) {
+      throw_error<ShapeError>(
+          "DTensor",
+          "component {} has shape {}, but device {} holds {} of global shape {} under {}", i,
+          shape_to_string(shard.shape()), ids[i], shape_to_string(expected),
+          shape_to_string(shape_), layout_.short_string());
+    }
+    if (shard.device().id != ids[i]) shard = shard.with_device(mesh_device(mesh, ids[i]));
+  }
+}
+
+DTensor DTensor::from_trusted_shards(Shape shape, DType dtype, Layout layout,
+                                     std::vector<Tensor> shards) {
+  return DTensor(Trusted{}, std::move(shape), dtype, std::move(layout), std::move(shards));
+}
+
+std::string DTensor::to_string() const {
+  return fmt::format("{}{} {}", dtype_name(dtype_), shape_to_string(shape_), layout_.to_string());
+}
+
+std::string DTensor::short_string() const {
+  return fmt::format("{}{} {}", dtype_name(dtype_), shape_to_string(shape_),
+                     layout_.short_string());
+}
+
+namespace {
+
+Shape infer_global_shape(const std::vector<Tensor>& components, const Layout& layout) {
+  const Mesh& mesh = layout.mesh();
+  if (static_cast<int64_t>(components.size()) != mesh.num_local_devices()) {
+    throw_error<InvalidArgumentError>(
+        "pack", "got {} components for the {} local devices of mesh {} (layout {})",
+        components.size(), mesh.num_local_devices(), mesh.dims_string(), layout.short_string());
+  }
+  if (components.empty()) throw_error<InvalidArgumentError>("pack", "no components");
+  if (components[0].rank() != layout.rank()) {
+    throw_error<ShapeError>("pack", "component shape {} has rank {}, layout {} has rank {}",
+                            shape_to_string(components[0].shape()), components[0].rank(),
+                            layout.short_string(), layout.rank());
+  }
+  Shape shape = components[0].shape();
+  const bool all_local = mesh.num_processes() == 1;
+  for (int64_t d = 0; d < layout.rank(); ++d) {
+    if (!layout.is_sharded(d)) continue;
+    const int64_t m = layout.mesh_dim_of(d);
+    if (!all_local) {
+      shape[d] *= layout.num_shards(d);
+      continue;
+    }
+    // Sum the sizes of the shards along mesh dim m, taking the device with coordinate c along m
+    // and zero elsewhere.
+    int64_t total = 0;
+    std::vector<int64_t> coords(static_cast<size_t>(mesh.rank()), 0);
+    for (int64_t c = 0; c < mesh.dims()[m].size; ++c) {
+      coords[m] = c;
+      int64_t id = mesh.device_id(coords);
+      const Tensor& comp = components[static_cast<size_t>(mesh.local_index(id))];
+      if (comp.rank() != layout.rank()) break;  // reported by the DTensor constructor
+      total += comp.dim(d);
+    }
+    shape[d] = total;
+  }
+  return shape;
+}
+
+}  // namespace
+
+DTensor pack(std::vector<Tensor> components, const Layout& layout) {
+  Shape shape = infer_global_shape(components, layout);
+  return pack(std::move(components), layout, shape);
+}
+
+DTensor pack(std::vector<Tensor> components, const Layout& layout, const Shape& global_shape) {
+  if (components.empty() && layout.mesh().num_local_devices() > 0) {
+    throw_error<InvalidArgumentError>("pack", "no components for the {} local devices of mesh {}",
+                                      layout.mesh().num_local_devices(),
+                                      layout.mesh().dims_string());
+  }
+  for (const Tensor& c : components) {
+    if (c.rank() != layout.rank()) {
+      throw_error<ShapeError>("pack", "component shape {} has rank {}, layout {} has rank {}",
+                              shape_to_string(c.shape()), c.rank(), layout.short_string(),
+                              layout.rank());
+    }
+  }
+  DType dtype = components[0].dtype();
+  return DTensor(global_shape, dtype, layout, std::move(components));
+}
+
+std::vector<Tensor> unpack(const DTensor& tensor) { return tensor.shards(); }
+
+DTensor distribute(const Tensor& global, const Layout& layout) {
+  layout.check_shape(global.shape(), "distribute");
+  const Mesh& mesh = layout.mesh();
+  if (global.device().type != mesh.device_type()) {
+    throw_error<InvalidArgumentError>("distribute", "tensor {} is on {}, the mesh has {} devices",
+                                      global.to_string(), device_to_string(global.device()),
+                                      device_type_name(mesh.device_type()));
+  }
+  // The value without partial dims first; partial dims are then a local transition.
+  Layout full = layout.without_partial();
+  std::map<std::vector<int64_t>, Tensor> boxes;  // shard offset -> shared buffer
+  std::vector<Tensor> shards;
+  for (int64_t id : mesh.local_device_ids()) {
+    std::vector<int64_t> offset = full.shard_offset(global.shape(), id);
+    auto it = boxes.find(offset);
+    if (it == boxes.end()) {
+      Shape extent = full.shard_shape(global.shape(), id);
+      Tensor box = extent == global.shape() ? global : slice_box(global, offset, extent);
+      it = boxes.emplace(offset, box).first;
+    }
+    shards.push_back(it->second.with_device(mesh_device(mesh, id)));
+  }
+  DTensor value =
+      DTensor::from_trusted_shards(global.shape(), global.dtype(), full, std::move(shards));
+  return layout.is_partial() ? relayout(value, layout) : value;
+}
+
+Tensor to_global(const DTensor& tensor) {
+  const Mesh& mesh = tensor.mesh();
+  const Layout& layout = tensor.layout();
+  if (mesh.num_processes() > 1) {
+    return relayout(tensor, Layout::replicated(mesh, tensor.rank())).shard(0).clone();
+  }
+  Tensor out = Tensor::empty(tensor.shape(), tensor.dtype(), mesh_device(mesh, 0));
+  const MeshDimMask replicated = layout.replicated_mask();
+  // One device per box: coordinate 0 along every replicated mesh dim and every partial dim; the
+  // other devices of its partial group hold the remaining terms.
+  for (const auto& group : mesh.groups(layout.partial_mask())) {
+    const int64_t id = group[0];
+    bool first_replica = true;
+    for (int64_t m = 0; m < mesh.rank(); ++m) {
+      if ((replicated >> m) & 1u) first_replica = first_replica && mesh.coord(id, m) == 0;
+    }
+    if (!first_replica) continue;
+    Tensor value = tensor.shard(mesh.local_index(id));
+    if (group.size() > 1) {
+      value = value.clone();
+      for (size_t i = 1; i < group.size(); ++i) {
+        // All partial dims of a layout share one op, so the order of the terms does not matter.
+        reduce_into(value, tensor.shard(mesh.local_index(group[i])), layout.partial()[0].op);
+      }
+    }
+    std::vector<int64_t> zero(static_cast<size_t>(tensor.rank()), 0);
+    copy_box(value, zero, out, layout.shard_offset(tensor.shape(), id), value.shape());
+  }
+  return out;
+}
+
+}  // namespace dtensor

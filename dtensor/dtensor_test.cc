@@ -1,0 +1,210 @@
+#include "dtensor/dtensor.h"
+
+#include <catch2/catch.hpp>
+
+#include "dtensor/creation.h"
+#include "dtensor/relayout.h"
+#include "dtensor/variable.h"
+#include "dtensor/virtual_devices.h"
+#include "runtime/collectives.h"
+#include "tests/layout_enumeration.h"
+#include "tests/test_tensors.h"
+
+using namespace dtensor;
+using Catch::Message;
+using dtensor::testing::all_layouts;
+using dtensor::testing::integer_tensor;
+using dtensor::testing::standard_meshes;
+
+namespace {
+
+Mesh line8() { return Mesh::create({{"batch", 8}}, DeviceType::kCPU); }
+
+std::vector<Tensor> components_of(const Tensor& x, const Layout& layout) {
+  return unpack(distribute(x, layout));
+}
+
+}  // namespace
+
+TEST_CASE("pack infers the global shape, uneven shards included") {
+  for (const Mesh& mesh : standard_meshes()) {
+    for (const Layout& layout : all_layouts(mesh, 2, /*with_partial=*/false)) {
+      Tensor x = integer_tensor({11, 6}, DType::kF32, 3);
+      std::vector<Tensor> parts;
+      for (const Tensor& c : components_of(x, layout)) parts.push_back(c.clone());
+      DTensor packed = pack(parts, layout);
+      INFO(layout.short_string());
+      CHECK(packed.shape() == Shape{11, 6});
+      CHECK(bitwise_equal(to_global(packed), x));
+      std::vector<Tensor> back = unpack(packed);
+      REQUIRE(back.size() == parts.size());
+      for (size_t i = 0; i < back.size(); ++i) CHECK(back[i].shares_storage_with(parts[i]));
+    }
+  }
+}
+
+TEST_CASE("pack validates its components") {
+  Mesh mesh = line8();
+  Layout rows = Layout::batch_sharded(mesh, "batch", 2, 0);
+  std::vector<Tensor> good;
+  for (int i = 0; i < 8; ++i) good.push_back(Tensor::zeros({2, 3}, DType::kF32));
+
+  SECTION("count") {
+    std::vector<Tensor> seven(good.begin(), good.begin() + 7);
+    CHECK_THROWS_MATCHES(pack(seven, rows), InvalidArgumentError,
+                         Message("[pack] got 7 components for the 8 local devices of mesh "
+                                 "batch=8 (layout [batch,unsharded])"));
+  }
+  SECTION("shape") {
+    std::vector<Tensor> bad = good;
+    bad[3] = Tensor::zeros({2, 4}, DType::kF32);
+    CHECK_THROWS_MATCHES(pack(bad, rows, {16, 3}), ShapeError,
+                         Message("[DTensor] component 3 has shape [2,4], but device 3 holds "
+                                 "[2,3] of global shape [16,3] under [batch,unsharded]"));
+  }
+  SECTION("rank") {
+    std::vector<Tensor> bad(8, Tensor::zeros({6}, DType::kF32));
+    CHECK_THROWS_MATCHES(pack(bad, rows), ShapeError,
+                         Message("[pack] component shape [6] has rank 1, layout "
+                                 "[batch,unsharded] has rank 2"));
+  }
+  SECTION("dtype") {
+    std::vector<Tensor> bad = good;
+    bad[5] = Tensor::zeros({2, 3}, DType::kF64);
+    CHECK_THROWS_MATCHES(pack(bad, rows), DTypeError,
+                         Message("[DTensor] component 5 is f64[2,3]@CPU:0, expected f32"));
+  }
+  SECTION("device type") {
+    std::vector<Tensor> bad = good;
+    bad[1] = Tensor::zeros({2, 3}, DType::kF32, Device{DeviceType::kGPU, 1});
+    CHECK_THROWS_MATCHES(pack(bad, rows), InvalidArgumentError,
+                         Message("[DTensor] component 1 is on GPU:1, the mesh has CPU devices"));
+  }
+  SECTION("components take their device") {
+    DTensor t = pack(good, rows);
+    for (int64_t i = 0; i < 8; ++i) CHECK(t.shard(i).device() == Device{DeviceType::kCPU, i});
+  }
+}
+
+TEST_CASE("distribute and to_global are inverse for every layout") {
+  for (const Mesh& mesh : standard_meshes()) {
+    for (int64_t rank = 0; rank <= 3; ++rank) {
+      Shape shape = Shape{7, 3, 5};
+      shape.resize(static_cast<size_t>(rank));
+      Tensor x = integer_tensor(shape, DType::kF32, 9);
+      for (const Layout& layout : all_layouts(mesh, rank, /*with_partial=*/true)) {
+        INFO(layout.short_string());
+        DTensor d = distribute(x, layout);
+        CHECK(bitwise_equal(to_global(d), x));
+      }
+    }
+  }
+}
+
+TEST_CASE("distribute rejects a shape that does not fit the layout") {
+  Layout rows = Layout::batch_sharded(line8(), "batch", 2, 0);
+  CHECK_THROWS_MATCHES(distribute(Tensor::zeros({4}, DType::kF32), rows), LayoutError,
+                       Message("[distribute] shape [4] has rank 1 but layout [batch,unsharded] "
+                               "has rank 2"));
+}
+
+TEST_CASE("random values do not depend on the mesh or the layout") {
+  const Shape shape = {13, 6, 5};
+  Mesh one = Mesh::create({{"d", 1}}, DeviceType::kCPU);
+  for (auto make : {+[](const Shape&s, const Layout&l) { return random_uniform(s, l, 22, -1, 1); },
+                    +[](const Shape&s, const Layout&l) { return random_normal(s, l, 22); },
+                    +[](const Shape&s, const Layout&l) { return truncated_normal(s, l, 22); }}) {
+    Tensor reference = to_global(make(shape, Layout::replicated(one, 3)));
+    for (const Mesh& mesh : standard_meshes()) {
+      for (const Layout& layout : all_layouts(mesh, 3, /*with_partial=*/true)) {
+        INFO(layout.short_string());
+        DTensor r = make(shape, layout);
+        REQUIRE(r.layout() == layout);
+        REQUIRE(bitwise_equal(to_global(r), reference));
+      }
+    }
+  }
+  Layout rep = Layout::replicated(line8(), 1);
+  CHECK_FALSE(bitwise_equal(to_global(random_uniform({64}, rep, 1)),
+                            to_global(random_uniform({64}, rep, 2))));
+}
+
+TEST_CASE("creation shares buffers between devices holding the same box") {
+  Mesh grid = Mesh::create({{"x", 2}, {"y", 4}}, DeviceType::kCPU);
+  DTensor w = random_uniform({784, 700}, Layout::replicated(grid, 2), 22);
+  for (const Tensor& s : w.shards()) CHECK(s.shares_storage_with(w.shard(0)));
+  DTensor b = zeros({700}, Layout::batch_sharded(grid, "y", 1));
+  CHECK(b.shard(0).shares_storage_with(b.shard(4)));  // same y coordinate
+  CHECK_FALSE(b.shard(0).shares_storage_with(b.shard(1)));
+  DTensor f = fill({3}, Layout::replicated(grid, 1), 2.5, DType::kF64);
+  CHECK(to_global(f).data<double>()[2] == 2.5);
+  DTensor o = ones({2, 2}, Layout::replicated(grid, 2), DType::kI32);
+  CHECK(to_global(o).data<int32_t>()[3] == 1);
+}
+
+TEST_CASE("creation errors name the function") {
+  Layout rows = Layout::batch_sharded(line8(), "batch", 2, 0);
+  CHECK_THROWS_MATCHES(random_uniform({4}, rows, 1), LayoutError,
+                       Message("[random_uniform] shape [4] has rank 1 but layout "
+                               "[batch,unsharded] has rank 2"));
+  CHECK_THROWS_MATCHES(zeros({-1, 2}, rows), ShapeError,
+                       Message("[fill] negative dim in shape [-1,2]"));
+}
+
+TEST_CASE("DVariable assigns through relayout and keeps its identity") {
+  Mesh mesh = line8();
+  Layout rep = Layout::replicated(mesh, 2);
+  Tensor x = integer_tensor({16, 4}, DType::kF32, 1);
+  Tensor y = integer_tensor({16, 4}, DType::kF32, 2);
+  DVariable v(distribute(x, rep), "w");
+  DVariable alias = v;
+  CHECK(alias.id() == v.id());
+  CHECK(DVariable(distribute(x, rep)).id() != v.id());
+
+  DTensor before = v.value();
+  // A partial value (like a data-parallel gradient) is reduced on the way in.
+  v.assign(
+      dtensor::testing::distribute_with_terms(y, rep.with_partial({{"batch", ReduceOp::kSum}}), 3));
+  CHECK(v.layout() == rep);
+  CHECK(bitwise_equal(to_global(alias.value()), y));
+  CHECK(bitwise_equal(to_global(before), x));  // copy-on-write: earlier reads keep their value
+
+  v.assign_add(distribute(x, Layout::batch_sharded(mesh, "batch", 2)));
+  v.assign_sub(distribute(y, rep));
+  DTensor now = v.value();
+  CHECK(bitwise_equal(to_global(now), x));
+  for (const Tensor& s : now.shards()) CHECK(s.shares_storage_with(now.shard(0)));
+}
+
+TEST_CASE("DVariable rejects values that do not fit") {
+  Mesh mesh = line8();
+  Layout rep = Layout::replicated(mesh, 2);
+  DVariable v(zeros({4, 4}, rep), "w");
+  CHECK_THROWS_MATCHES(v.assign(zeros({4, 5}, rep)), ShapeError,
+                       Message("[DVariable::assign] variable 'w' is f32[4,4], the value is "
+                               "f32[4,5] [unsharded,unsharded]"));
+  CHECK_THROWS_MATCHES(v.assign_add(zeros({4, 4}, rep, DType::kF64)), ShapeError,
+                       Message("[DVariable::assign_add] variable 'w' is f32[4,4], the value is "
+                               "f64[4,4] [unsharded,unsharded]"));
+  Mesh other = Mesh::create({{"model", 8}}, DeviceType::kCPU);
+  CHECK_THROWS_MATCHES(v.assign(zeros({4, 4}, Layout::replicated(other, 2))), LayoutError,
+                       Message("[DVariable::assign] variable 'w' lives on mesh batch=8, the "
+                               "value on mesh model=8"));
+  CHECK_THROWS_MATCHES(
+      DVariable(zeros({4}, Layout::replicated(mesh, 1).with_partial({{"batch", ReduceOp::kSum}})),
+                "g"),
+      LayoutError,
+      Message("[DVariable] variable 'g' cannot have partial layout [unsharded] "
+              "partial:sum(batch)"));
+}
+
+TEST_CASE("virtual CPUs size the meshes this process can create") {
+  configure_virtual_cpus(8);
+  CHECK(create_mesh({{"batch", 8}}).num_devices() == 8);
+  CHECK(create_mesh({{"batch", 8}}).num_local_devices() == 8);
+  CHECK_THROWS_MATCHES(create_mesh({{"x", 2}, {"y", 2}}), MeshError,
+                       Message("[create_mesh] mesh x=2,y=2 has 4 devices but this process has 8 "
+                               "virtual CPUs; call configure_virtual_cpus(4) first"));
+  CHECK_THROWS_MATCHES(configure_virtual_cpus(0), InvalidArgumentError,
+                       Message("[configure_virtual_cpus] need n >= 1, got 0"));
+}

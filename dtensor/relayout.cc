@@ -1,0 +1,349 @@
+#include "dtensor/relayout.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <mutex>
+#include <queue>
+#include <unordered_map>
+
+#include "runtime/block.h"
+#include "runtime/collectives.h"
+
+namespace dtensor {
+namespace {
+
+// Per mesh dim: a tensor dim (>= 0) it shards, kReplicated, or kPartialBase - op.
+using State = std::vector<int8_t>;
+constexpr int8_t kReplicated = -1;
+constexpr int8_t kPartialBase = -2;
+
+bool is_partial_code(int8_t c) { return c <= kPartialBase; }
+ReduceOp code_op(int8_t c) { return static_cast<ReduceOp>(kPartialBase - c); }
+int8_t partial_code(ReduceOp op) {
+  return static_cast<int8_t>(kPartialBase - static_cast<int>(op));
+}
+
+State state_of(const Layout& layout) {
+  State s(static_cast<size_t>(layout.mesh().rank()), kReplicated);
+  for (int64_t d = 0; d < layout.rank(); ++d) {
+    if (layout.is_sharded(d)) s[layout.mesh_dim_of(d)] = static_cast<int8_t>(d);
+  }
+  for (const PartialDim& p : layout.partial()) {
+    s[layout.mesh().dim_index(p.mesh_dim)] = partial_code(p.op);
+  }
+  return s;
+}
+
+// The layout of a state, or nothing when it mixes partial ops (not a valid layout).
+bool layout_of(const State& s, const Mesh& mesh, int64_t rank, Layout* out) {
+  std::vector<std::string> specs(static_cast<size_t>(rank), Layout::kUnsharded);
+  std::vector<PartialDim> partial;
+  for (size_t m = 0; m < s.size(); ++m) {
+    if (s[m] >= 0) specs[s[m]] = mesh.dims()[m].name;
+    if (is_partial_code(s[m])) {
+      if (!partial.empty() && partial[0].op != code_op(s[m])) return false;
+      partial.push_back({mesh.dims()[m].name, code_op(s[m])});
+    }
+  }
+  *out = Layout(std::move(specs), mesh, std::move(partial));
+  return true;
+}
+
+bool axis_free(const State& s, int64_t axis) {
+  for (int8_t c : s) {
+    if (c == axis) return false;
+  }
+  return true;
+}
+
+double local_bytes(const State& s, const Mesh& mesh, const Shape& shape, size_t esize) {
+  double bytes = static_cast<double>(esize);
+  for (size_t d = 0; d < shape.size(); ++d) {
+    int64_t n = shape[d];
+    for (size_t m = 0; m < s.size(); ++m) {
+      if (s[m] == static_cast<int8_t>(d)) n = chunk_range(n, mesh.dims()[m].size, 0).size;
+    }
+    bytes *= static_cast<double>(n);
+  }
+  return bytes;
+}
+
+struct Edge {
+  State next;
+  RelayoutStep step;
+  double cost;
+};
+
+// Every single-mesh-dim transition out of `s` that keeps the layout valid and heads toward
+// `target` (partial states are only entered when the target has them).
+std::vector<Edge> edges(const State& s, const State& target, const Mesh& mesh, const Shape& shape,
+                        size_t esize) {
+  constexpr double kStepCost = 256;    // latency of a step, in bytes
+  constexpr double kLocalCopy = 0.05;  // a local copy costs far less than moving a byte
+  const double bytes = local_bytes(s, mesh, shape, esize);
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  std::vector<Edge> out;
+  for (size_t m = 0; m < s.size(); ++m) {
+    const double k = static_cast<double>(mesh.dims()[m].size);
+    const int8_t c = s[m];
+    auto add = [&](int8_t code, RelayoutStep step, double cost) {
+      State next = s;
+      next[m] = code;
+      step.mesh_dim = static_cast<int64_t>(m);
+      out.push_back({std::move(next), step, cost + kStepCost});
+    };
+    using Kind = RelayoutStep::Kind;
+    if (is_partial_code(c)) {
+      add(kReplicated, {Kind::kAllReduce, 0, -1, -1, code_op(c)}, 2 * bytes * (k - 1) / k);
+      for (int64_t t = 0; t < rank; ++t) {
+        if (axis_free(s, t)) {
+          add(static_cast<int8_t>(t), {Kind::kReduceScatter, 0, -1, t, code_op(c)},
+              bytes * (k - 1) / k);
+        }
+      }
+    } else if (c >= 0) {
+      add(kReplicated, {Kind::kAllGather, 0, c, -1, ReduceOp::kSum}, bytes * (k - 1));
+      for (int64_t t = 0; t < rank; ++t) {
+        if (axis_free(s, t)) {
+          add(static_cast<int8_t>(t), {Kind::kAllToAll, 0, c, t, ReduceOp::kSum},
+              bytes * (k - 1) / k);
+        }
+      }
+    } else {
+      for (int64_t t = 0; t < rank; ++t) {
+        if (axis_free(s, t)) {
+          add(static_cast<int8_t>(t), {Kind::kSlice, 0, -1, t, ReduceOp::kSum},
+              kLocalCopy * bytes / k);
+        }
+      }
+      if (is_partial_code(target[m])) {
+        add(target[m], {Kind::kMakePartial, 0, -1, -1, code_op(target[m])}, kLocalCopy * bytes);
+      }
+    }
+  }
+  return out;
+}
+
+RelayoutPlan search(const Layout& from, const Layout& to, const Shape& shape, DType dtype) {
+  const Mesh& mesh = from.mesh();
+  const size_t esize = dtype_size(dtype);
+  const State start = state_of(from), goal = state_of(to);
+  struct Visit {
+    double cost;
+    State state;
+    bool operator>(const Visit& o) const { return cost > o.cost; }
+  };
+  std::map<State, double> dist{{start, 0.0}};
+  std::map<State, std::pair<State, RelayoutStep>> parent;
+  std::priority_queue<Visit, std::vector<Visit>, std::greater<Visit>> queue;
+  queue.push({0.0, start});
+  while (!queue.empty()) {
+    Visit v = queue.top();
+    queue.pop();
+    if (v.cost > dist[v.state]) continue;
+    if (v.state == goal) break;
+    for (Edge& e : edges(v.state, goal, mesh, shape, esize)) {
+      Layout check = from;
+      if (!layout_of(e.next, mesh, from.rank(), &check)) continue;
+      double cost = v.cost + e.cost;
+      auto it = dist.find(e.next);
+      if (it != dist.end() && it->second <= cost) continue;
+      dist[e.next] = cost;
+      parent[e.next] = {v.state, e.step};
+      queue.push({cost, e.next});
+    }
+  }
+  if (!dist.count(goal)) {
+    throw_error<InternalError>("relayout", "no plan from {} to {}", from.short_string(),
+                               to.short_string());
+  }
+  RelayoutPlan plan;
+  plan.cost_bytes = dist[goal];
+  for (State s = goal; s != start;) {
+    const auto& [prev, step] = parent.at(s);
+    plan.steps.insert(plan.steps.begin(), step);
+    Layout layout = from;
+    layout_of(s, mesh, from.rank(), &layout);
+    plan.layouts.insert(plan.layouts.begin(), layout);
+    s = prev;
+  }
+  return plan;
+}
+
+struct PlanCache {
+  std::mutex mu;
+  std::unordered_map<std::string, std::shared_ptr<const RelayoutPlan>> plans;
+  int64_t hits = 0;
+  int64_t misses = 0;
+};
+
+PlanCache& plan_cache() {
+  static PlanCache cache;
+  return cache;
+}
+
+std::string plan_key(const Layout& from, const Layout& to, const Shape& shape, DType dtype) {
+  std::string key;
+  key.reserve(64);
+  uint64_t fp = from.mesh().fingerprint();
+  key.append(reinterpret_cast<const char*>(&fp), sizeof(fp));
+  for (int8_t c : state_of(from)) key.push_back(static_cast<char>(c));
+  key.push_back('|');
+  for (int8_t c : state_of(to)) key.push_back(static_cast<char>(c));
+  key.push_back(static_cast<char>(dtype));
+  key.append(reinterpret_cast<const char*>(shape.data()), shape.size() * sizeof(int64_t));
+  return key;
+}
+
+std::vector<int64_t> at_axis(int64_t rank, int64_t axis, int64_t offset) {
+  std::vector<int64_t> begin(static_cast<size_t>(rank), 0);
+  begin[static_cast<size_t>(axis)] = offset;
+  return begin;
+}
+
+// Local slice along `step.to_axis`: device with coordinate c along the mesh dim keeps chunk c.
+// Devices that slice the same buffer to the same chunk share the result.
+std::vector<Tensor> slice_step(const std::vector<Tensor>& shards, const Mesh& mesh,
+                               const RelayoutStep& step) {
+  const int64_t k = mesh.dims()[step.mesh_dim].size;
+  std::map<std::pair<const void*, int64_t>, Tensor> made;
+  std::vector<Tensor> out;
+  out.reserve(shards.size());
+  const auto& ids = mesh.local_device_ids();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const Tensor& src = shards[i];
+    const int64_t c = mesh.coord(ids[i], step.mesh_dim);
+    auto key = std::make_pair(src.raw_data(), c);
+    auto it = made.find(key);
+    if (it == made.end()) {
+      ShardRange r = chunk_range(src.dim(step.to_axis), k, c);
+      Shape extent = src.shape();
+      extent[step.to_axis] = r.size;
+      it = made.emplace(key, slice_box(src, at_axis(src.rank(), step.to_axis, r.offset), extent))
+               .first;
+    }
+    out.push_back(it->second.with_device(src.device()));
+  }
+  return out;
+}
+
+// Replicated -> partial: for sum, devices off coordinate 0 along the mesh dim hold zeros (one
+// shared zero buffer per shape); max and min keep the value everywhere.
+std::vector<Tensor> make_partial_step(const std::vector<Tensor>& shards, const Mesh& mesh,
+                                      const RelayoutStep& step) {
+  if (step.op != ReduceOp::kSum) return shards;
+  std::map<Shape, Tensor> zeros;
+  std::vector<Tensor> out;
+  const auto& ids = mesh.local_device_ids();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (mesh.coord(ids[i], step.mesh_dim) == 0) {
+      out.push_back(shards[i]);
+      continue;
+    }
+    auto it = zeros.find(shards[i].shape());
+    if (it == zeros.end()) {
+      it = zeros.emplace(shards[i].shape(), Tensor::zeros(shards[i].shape(), shards[i].dtype()))
+               .first;
+    }
+    out.push_back(it->second.with_device(shards[i].device()));
+  }
+  return out;
+}
+
+std::vector<Tensor> run_step(const std::vector<Tensor>& shards, const Mesh& mesh,
+                             const RelayoutStep& step) {
+  const MeshDimMask dim = MeshDimMask{1} << step.mesh_dim;
+  using Kind = RelayoutStep::Kind;
+  switch (step.kind) {
+    case Kind::kSlice:
+      return slice_step(shards, mesh, step);
+    case Kind::kMakePartial:
+      return make_partial_step(shards, mesh, step);
+    case Kind::kAllGather:
+      return all_gather(mesh, dim, shards, step.from_axis);
+    case Kind::kAllToAll:
+      return all_to_all(mesh, dim, shards, step.to_axis, step.from_axis);
+    case Kind::kAllReduce:
+      return all_reduce(mesh, dim, shards, step.op);
+    case Kind::kReduceScatter:
+      return reduce_scatter(mesh, dim, shards, step.op, step.to_axis);
+  }
+  return shards;
+}
+
+}  // namespace
+
+std::string RelayoutStep::to_string() const {
+  switch (kind) {
+    case Kind::kSlice:
+      return fmt::format("slice(dim {}: ->{})", mesh_dim, to_axis);
+    case Kind::kAllGather:
+      return fmt::format("all_gather(dim {}: {}->)", mesh_dim, from_axis);
+    case Kind::kAllToAll:
+      return fmt::format("all_to_all(dim {}: {}->{})", mesh_dim, from_axis, to_axis);
+    case Kind::kAllReduce:
+      return fmt::format("all_reduce(dim {}: {})", mesh_dim, reduce_op_name(op));
+    case Kind::kReduceScatter:
+      return fmt::format("reduce_scatter(dim {}: {} ->{})", mesh_dim, reduce_op_name(op), to_axis);
+    case Kind::kMakePartial:
+      return fmt::format("make_partial(dim {}: {})", mesh_dim, reduce_op_name(op));
+  }
+  return "?";
+}
+
+std::string RelayoutPlan::to_string() const {
+  std::string s;
+  for (const RelayoutStep& step : steps) s += (s.empty() ? "" : ", ") + step.to_string();
+  return s.empty() ? "(no steps)" : s;
+}
+
+std::shared_ptr<const RelayoutPlan> plan_relayout(const Layout& from, const Layout& to,
+                                                  const Shape& shape, DType dtype) {
+  if (from.mesh() != to.mesh()) {
+    throw_error<LayoutError>("relayout", "cannot move {} on mesh {} to {} on mesh {}",
+                             from.short_string(), from.mesh().dims_string(), to.short_string(),
+                             to.mesh().dims_string());
+  }
+  if (from.rank() != to.rank() || from.rank() != static_cast<int64_t>(shape.size())) {
+    throw_error<LayoutError>("relayout", "shape {} with layout {} cannot take layout {}",
+                             shape_to_string(shape), from.short_string(), to.short_string());
+  }
+  PlanCache& cache = plan_cache();
+  std::string key = plan_key(from, to, shape, dtype);
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    auto it = cache.plans.find(key);
+    if (it != cache.plans.end()) {
+      ++cache.hits;
+      return it->second;
+    }
+    ++cache.misses;
+  }
+  auto plan = std::make_shared<const RelayoutPlan>(search(from, to, shape, dtype));
+  std::lock_guard<std::mutex> lock(cache.mu);
+  return cache.plans.emplace(std::move(key), std::move(plan)).first->second;
+}
+
+DTensor relayout(const DTensor& tensor, const Layout& layout) {
+  if (tensor.layout() == layout) return tensor;
+  auto plan = plan_relayout(tensor.layout(), layout, tensor.shape(), tensor.dtype());
+  std::vector<Tensor> shards = tensor.shards();
+  for (const RelayoutStep& step : plan->steps) shards = run_step(shards, tensor.mesh(), step);
+  return DTensor::from_trusted_shards(tensor.shape(), tensor.dtype(), layout, std::move(shards));
+}
+
+PlanCacheStats relayout_plan_cache_stats() {
+  PlanCache& cache = plan_cache();
+  std::lock_guard<std::mutex> lock(cache.mu);
+  return {cache.hits, cache.misses, static_cast<int64_t>(cache.plans.size())};
+}
+
+void clear_relayout_plan_cache() {
+  PlanCache& cache = plan_cache();
+  std::lock_guard<std::mutex> lock(cache.mu);
+  cache.plans.clear();
+  cache.hits = cache.misses = 0;
+}
+
+}  // namespace dtensor

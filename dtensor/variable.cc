@@ -1,0 +1,132 @@
+#include "dtensor/variable.h"
+
+#include <atomic>
+#include <map>
+#include <mutex>
+
+#include "dtensor/relayout.h"
+
+namespace dtensor {
+
+struct DVariable::State {
+  int64_t id;
+  std::string name;
+  Layout layout;
+  Shape shape;
+  DType dtype;
+  mutable std::mutex mu;
+  DTensor value;
+};
+
+namespace {
+
+std::atomic<int64_t> next_variable_id{1};
+
+template <typename T>
+void add_scaled(T* out, const T* a, const T* b, int64_t n, int sign) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    for (int64_t i = 0; i < n; ++i) {
+      out[i] = BFloat16(static_cast<float>(a[i]) + sign * static_cast<float>(b[i]));
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(a[i] + sign * b[i]);
+  }
+}
+
+// a + sign * b shard by shard. Pairs of shards that share storage (replicated devices) are
+// computed once and the result shared again.
+std::vector<Tensor> add_shards(const DTensor& a, const DTensor& b, int sign) {
+  std::map<std::pair<const void*, const void*>, Tensor> done;
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < a.shards().size(); ++i) {
+    const Tensor& x = a.shards()[i];
+    const Tensor& y = b.shards()[i];
+    auto key = std::make_pair(x.raw_data(), y.raw_data());
+    auto it = done.find(key);
+    if (it == done.end()) {
+      Tensor r = Tensor::empty(x.shape(), x.dtype(), x.device());
+      visit_dtype(x.dtype(), [&](auto zero) {
+        using T = decltype(zero);
+        if constexpr (!std::is_same_v<T, bool>) {
+          add_scaled(static_cast<T*>(r.raw_data()), static_cast<const T*>(x.raw_data()),
+                     static_cast<const T*>(y.raw_data()), x.num_elements(), sign);
+        }
+      });
+      it = done.emplace(key, r).first;
+    }
+    out.push_back(it->second.with_device(x.device()));
+  }
+  return out;
+}
+
+}  // namespace
+
+DVariable::DVariable(const DTensor& initial, std::string name) {
+  if (initial.layout().is_partial()) {
+    throw_error<LayoutError>("DVariable", "variable '{}' cannot have partial layout {}", name,
+                             initial.layout().short_string());
+  }
+  state_ = std::shared_ptr<State>(new State{next_variable_id.fetch_add(1),
+                                            std::move(name),
+                                            initial.layout(),
+                                            initial.shape(),
+                                            initial.dtype(),
+                                            {},
+                                            initial});
+}
+
+int64_t DVariable::id() const { return state_->id; }
+const std::string& DVariable::name() const { return state_->name; }
+const Layout& DVariable::layout() const { return state_->layout; }
+const Shape& DVariable::shape() const { return state_->shape; }
+DType DVariable::dtype() const { return state_->dtype; }
+
+DTensor DVariable::value() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->value;
+}
+
+namespace {
+
+DTensor conform(const DTensor& value, const Layout& layout, const Shape& shape, DType dtype,
+                const std::string& name, const char* function) {
+  if (value.shape() != shape || value.dtype() != dtype) {
+    throw_error<ShapeError>(function, "variable '{}' is {}{}, the value is {}", name,
+                            dtype_name(dtype), shape_to_string(shape), value.short_string());
+  }
+  if (value.mesh() != layout.mesh()) {
+    throw_error<LayoutError>(function, "variable '{}' lives on mesh {}, the value on mesh {}", name,
+                             layout.mesh().dims_string(), value.mesh().dims_string());
+  }
+  return relayout(value, layout);
+}
+
+}  // namespace
+
+void DVariable::assign(const DTensor& value) {
+  DTensor v = conform(value, layout(), shape(), dtype(), name(), "DVariable::assign");
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->value = std::move(v);
+}
+
+void DVariable::assign_add(const DTensor& delta) {
+  if (dtype() == DType::kBool) {
+    throw_error<DTypeError>("DVariable::assign_add", "variable '{}' is bool", name());
+  }
+  DTensor d = conform(delta, layout(), shape(), dtype(), name(), "DVariable::assign_add");
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->value =
+      DTensor::from_trusted_shards(shape(), dtype(), layout(), add_shards(state_->value, d, +1));
+}
+
+void DVariable::assign_sub(const DTensor& delta) {
+  if (dtype() == DType::kBool) {
+    throw_error<DTypeError>("DVariable::assign_sub", "variable '{}' is bool", name());
+  }
+  DTensor d = conform(delta, layout(), shape(), dtype(), name(), "DVariable::assign_sub");
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->value =
+      DTensor::from_trusted_shards(shape(), dtype(), layout(), add_shards(state_->value, d, -1));
+}
+
+}  // namespace dtensor

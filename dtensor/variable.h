@@ -1,0 +1,40 @@
+// DVariable: a mutable DTensor with an identity and a fixed layout (TF's d_variable.DVariable).
+//
+// A DVariable is a handle: copies refer to the same variable (same id(), same value). Its layout
+// is fixed at creation and may not be partial. `assign` and friends accept a value in any layout
+// of the same mesh and *relayout it* to the variable's layout (so a partial gradient is reduced
+// on the way in); a value of another shape, dtype or mesh is rejected with an error naming the
+// variable. Updates are copy-on-write: a DTensor read from value() earlier keeps its contents.
+//
+// Thread-safety: all methods may be called concurrently; each update is atomic with respect to
+// the others.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "dtensor/dtensor.h"
+
+namespace dtensor {
+
+class DVariable {
+ public:
+  explicit DVariable(const DTensor& initial, std::string name = "");
+
+  int64_t id() const;
+  const std::string& name() const;
+  DTensor value() const;
+  const Layout& layout() const;
+  const Shape& shape() const;
+  DType dtype() const;
+
+  void assign(const DTensor& value);
+  void assign_add(const DTensor& delta);
+  void assign_sub(const DTensor& delta);
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace dtensor

@@ -1,0 +1,23 @@
+// Virtual CPU devices: how many devices of a mesh this process runs (TF's
+// `configure_virtual_cpus(8)` followed by `create_mesh`).
+//
+// The count is process-wide; set it before creating meshes. Thread-safe.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "mesh/mesh.h"
+
+namespace dtensor {
+
+// Exposes `n` virtual CPU devices in this process (InvalidArgumentError for n < 1).
+void configure_virtual_cpus(int64_t n);
+// The configured count (1 until configured).
+int64_t num_virtual_cpus();
+
+// A CPU mesh over `dims` whose device count must equal the virtual CPUs of this process times the
+// number of processes (MeshError otherwise, naming both counts).
+Mesh create_mesh(std::vector<MeshDim> dims, std::string name = "");
+
+}  // namespace dtensor

@@ -1,0 +1,140 @@
+#include "runtime/block.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace dtensor {
+namespace {
+
+void check_box(const Tensor& t, const std::vector<int64_t>& begin, const Shape& extent,
+               const char* which) {
+  bool ok = begin.size() == static_cast<size_t>(t.rank()) && extent.size() == begin.size();
+  for (size_t i = 0; ok && i < begin.size(); ++i) {
+    ok = begin[i] >= 0 && extent[i] >= 0 && begin[i] + extent[i] <= t.shape()[i];
+  }
+  if (!ok) {
+    throw_error<ShapeError>("copy_box", "{} box at [{}] of extent {} does not fit {}", which,
+                            fmt::join(begin, ","), shape_to_string(extent), t.to_string());
+  }
+}
+
+template <typename T>
+T combine(T a, T b, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return static_cast<T>(a + b);
+    case ReduceOp::kMax:
+      return std::max(a, b);
+    case ReduceOp::kMin:
+      return std::min(a, b);
+  }
+  return a;
+}
+
+template <typename T>
+void reduce_typed(T* dst, const T* src, ReduceOp op, int64_t n) {
+  switch (op) {
+    case ReduceOp::kSum:
+      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(dst[i] + src[i]);
+      break;
+    case ReduceOp::kMax:
+      for (int64_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]);
+      break;
+    case ReduceOp::kMin:
+      for (int64_t i = 0; i < n; ++i) dst[i] = std::min(dst[i], src[i]);
+      break;
+  }
+}
+
+void reduce_bool(bool* dst, const bool* src, ReduceOp op, int64_t n) {
+  if (op == ReduceOp::kMin) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] && src[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] || src[i];
+  }
+}
+
+void reduce_bf16(BFloat16* dst, const BFloat16* src, ReduceOp op, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    dst[i] = BFloat16(combine(static_cast<float>(dst[i]), static_cast<float>(src[i]), op));
+  }
+}
+
+}  // namespace
+
+void copy_box(const Tensor& src, const std::vector<int64_t>& src_begin, Tensor& dst,
+              const std::vector<int64_t>& dst_begin, const Shape& extent) {
+  if (src.dtype() != dst.dtype()) {
+    throw_error<DTypeError>("copy_box", "source {} and destination {} differ in dtype",
+                            src.to_string(), dst.to_string());
+  }
+  check_box(src, src_begin, extent, "source");
+  check_box(dst, dst_begin, extent, "destination");
+  if (num_elements(extent) == 0) return;
+  const size_t esize = dtype_size(src.dtype());
+  const int64_t rank = src.rank();
+  if (rank == 0) {
+    std::memcpy(dst.raw_data(), src.raw_data(), esize);
+    return;
+  }
+  // Fold trailing dims that both tensors hold whole into one contiguous run.
+  int64_t inner = rank - 1;
+  int64_t run = extent[inner];
+  while (inner > 0 && extent[inner] == src.shape()[inner] && extent[inner] == dst.shape()[inner]) {
+    --inner;
+    run *= extent[inner];
+  }
+  const auto src_strides = row_major_strides(src.shape());
+  const auto dst_strides = row_major_strides(dst.shape());
+  const auto* s = static_cast<const char*>(src.raw_data());
+  auto* d = static_cast<char*>(dst.raw_data());
+  int64_t src_base = 0, dst_base = 0;
+  for (int64_t i = 0; i < rank; ++i) {
+    src_base += src_begin[i] * src_strides[i];
+    dst_base += dst_begin[i] * dst_strides[i];
+  }
+  const size_t run_bytes = static_cast<size_t>(run) * esize;
+  std::vector<int64_t> index(static_cast<size_t>(inner), 0);  // odometer over dims [0, inner)
+  while (true) {
+    int64_t so = src_base, dof = dst_base;
+    for (int64_t i = 0; i < inner; ++i) {
+      so += index[i] * src_strides[i];
+      dof += index[i] * dst_strides[i];
+    }
+    std::memcpy(d + dof * esize, s + so * esize, run_bytes);
+    int64_t i = inner - 1;
+    for (; i >= 0; --i) {
+      if (++index[i] < extent[i]) break;
+      index[i] = 0;
+    }
+    if (i < 0) return;
+  }
+}
+
+Tensor slice_box(const Tensor& src, const std::vector<int64_t>& begin, const Shape& extent) {
+  Tensor out = Tensor::empty(extent, src.dtype(), src.device());
+  copy_box(src, begin, out, std::vector<int64_t>(extent.size(), 0), extent);
+  return out;
+}
+
+void reduce_range(Tensor& dst, const Tensor& src, ReduceOp op, int64_t begin, int64_t end) {
+  if (dst.dtype() != src.dtype() || dst.shape() != src.shape()) {
+    throw_error<ShapeError>("reduce_into", "cannot reduce {} into {}", src.to_string(),
+                            dst.to_string());
+  }
+  const int64_t n = end - begin;
+  visit_dtype(dst.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    T* d = static_cast<T*>(dst.raw_data()) + begin;
+    const T* s = static_cast<const T*>(src.raw_data()) + begin;
+    if constexpr (std::is_same_v<T, bool>) {
+      reduce_bool(d, s, op, n);
+    } else if constexpr (std::is_same_v<T, BFloat16>) {
+      reduce_bf16(d, s, op, n);
+    } else {
+      reduce_typed(d, s, op, n);
+    }
+  });
+}
+
+}  // namespace dtensor

@@ -1,0 +1,30 @@
+// Block operations on host tensors: the data movement under relayout and the collectives.
+//
+// A *box* is a rectangular region of a row-major tensor, given by its first index per dim and its
+// extent. Copies move whole contiguous runs with memcpy. Functions are stateless and thread-safe;
+// callers must not write the same destination region from two threads.
+#pragma once
+
+#include <vector>
+
+#include "runtime/reduce_op.h"
+#include "runtime/tensor.h"
+
+namespace dtensor {
+
+// Copies the box `extent` at `src_begin` of `src` to `dst_begin` of `dst`. Dtypes and ranks must
+// agree and the boxes must lie inside both tensors (ShapeError otherwise).
+void copy_box(const Tensor& src, const std::vector<int64_t>& src_begin, Tensor& dst,
+              const std::vector<int64_t>& dst_begin, const Shape& extent);
+
+// A new tensor holding the box `extent` at `begin` of `src`.
+Tensor slice_box(const Tensor& src, const std::vector<int64_t>& begin, const Shape& extent);
+
+// dst[i] = op(dst[i], src[i]) over elements [begin, end) of two tensors of equal shape and dtype.
+// bool uses or for sum and max, and for min.
+void reduce_range(Tensor& dst, const Tensor& src, ReduceOp op, int64_t begin, int64_t end);
+inline void reduce_into(Tensor& dst, const Tensor& src, ReduceOp op) {
+  reduce_range(dst, src, op, 0, dst.num_elements());
+}
+
+}  // namespace dtensor

@@ -1,0 +1,57 @@
+#include "runtime/block.h"
+
+#include <catch2/catch.hpp>
+
+using namespace dtensor;
+using Catch::Message;
+
+TEST_CASE("copy_box moves an inner box between tensors of different shapes") {
+  Tensor src = Tensor::empty({3, 4, 5}, DType::kI32);
+  for (int i = 0; i < 60; ++i) src.data<int32_t>()[i] = i;
+  Tensor dst = Tensor::zeros({2, 6, 3}, DType::kI32);
+  copy_box(src, {1, 1, 2}, dst, {1, 2, 0}, {1, 2, 3});
+  const int32_t* d = dst.data<int32_t>();
+  // dst[1][2][0..3) = src[1][1][2..5), dst[1][3][0..3) = src[1][2][2..5)
+  CHECK(d[1 * 18 + 2 * 3 + 0] == 20 + 5 + 2);
+  CHECK(d[1 * 18 + 3 * 3 + 2] == 20 + 10 + 4);
+  CHECK(d[0] == 0);
+  Tensor whole = slice_box(src, {0, 0, 0}, {3, 4, 5});
+  CHECK(bitwise_equal(whole, src));
+  CHECK(slice_box(src, {2, 0, 0}, {0, 4, 5}).num_elements() == 0);
+}
+
+TEST_CASE("reduce_into handles every dtype") {
+  Tensor a = Tensor::empty({2}, DType::kBF16);
+  Tensor b = Tensor::empty({2}, DType::kBF16);
+  a.data<BFloat16>()[0] = BFloat16(1.5f);
+  a.data<BFloat16>()[1] = BFloat16(-2.0f);
+  b.data<BFloat16>()[0] = BFloat16(2.0f);
+  b.data<BFloat16>()[1] = BFloat16(-3.0f);
+  reduce_into(a, b, ReduceOp::kSum);
+  CHECK(static_cast<float>(a.data<BFloat16>()[0]) == 3.5f);
+  CHECK(static_cast<float>(a.data<BFloat16>()[1]) == -5.0f);
+  Tensor p = Tensor::zeros({2}, DType::kBool);
+  Tensor q = Tensor::zeros({2}, DType::kBool);
+  q.data<bool>()[1] = true;
+  reduce_into(p, q, ReduceOp::kSum);
+  CHECK(p.data<bool>()[1]);
+  reduce_into(p, Tensor::zeros({2}, DType::kBool), ReduceOp::kMin);
+  CHECK_FALSE(p.data<bool>()[1]);
+}
+
+TEST_CASE("block operations reject boxes and dtypes that do not fit") {
+  Tensor src = Tensor::zeros({3, 4}, DType::kF32);
+  Tensor dst = Tensor::zeros({2, 2}, DType::kF32);
+  CHECK_THROWS_MATCHES(copy_box(src, {2, 0}, dst, {0, 0}, {2, 2}), ShapeError,
+                       Message("[copy_box] source box at [2,0] of extent [2,2] does not fit "
+                               "f32[3,4]@CPU:0"));
+  CHECK_THROWS_MATCHES(copy_box(src, {0, 0}, dst, {1, 0}, {2, 2}), ShapeError,
+                       Message("[copy_box] destination box at [1,0] of extent [2,2] does not fit "
+                               "f32[2,2]@CPU:0"));
+  Tensor ints = Tensor::zeros({2, 2}, DType::kI32);
+  CHECK_THROWS_MATCHES(copy_box(src, {0, 0}, ints, {0, 0}, {2, 2}), DTypeError,
+                       Message("[copy_box] source f32[3,4]@CPU:0 and destination i32[2,2]@CPU:0 "
+                               "differ in dtype"));
+  CHECK_THROWS_MATCHES(reduce_into(dst, src, ReduceOp::kSum), ShapeError,
+                       Message("[reduce_into] cannot reduce f32[3,4]@CPU:0 into f32[2,2]@CPU:0"));
+}

@@ -1,0 +1,64 @@
+// CollectiveBackend: the seam between the runtime and a transport (in-process, MPI, NCCL).
+//
+// A backend runs one collective over one *group* of devices. The caller passes the tensors of the
+// group members that this process owns, in group order, and gets one result per such member.
+// Members owned by other processes take part through their own processes' calls. Results may
+// share storage with each other or with the inputs (a replicated result is stored once), so a
+// caller must not write a result in place unless Tensor::is_unique() says it may.
+//
+// Split and concatenation along an axis follow chunk semantics (runtime/shape.h chunk_range):
+// member j of a group of k receives chunk j of size ceil(n/k), the last chunks shorter or empty.
+//
+// Implementations are thread-safe for calls on disjoint groups.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "runtime/reduce_op.h"
+#include "runtime/tensor.h"
+
+namespace dtensor {
+
+struct Group {
+  std::vector<int64_t> devices;  // global device ids, in group order
+  std::vector<int64_t> owners;   // owning process of each device
+  int64_t self = 0;              // this process
+
+  int64_t size() const { return static_cast<int64_t>(devices.size()); }
+  // Positions in `devices` of the members this process owns, ascending.
+  std::vector<int64_t> local_positions() const;
+};
+
+class CollectiveBackend {
+ public:
+  virtual ~CollectiveBackend() = default;
+  virtual std::string_view name() const = 0;
+
+  // Every member gets the elementwise reduction of all members' tensors (equal shapes).
+  virtual std::vector<Tensor> all_reduce(const Group& group, const std::vector<Tensor>& inputs,
+                                         ReduceOp op) = 0;
+  // Every member gets the members' tensors concatenated along `axis` in group order; sizes along
+  // `axis` may differ (all-gather-v).
+  virtual std::vector<Tensor> all_gather(const Group& group, const std::vector<Tensor>& inputs,
+                                         int64_t axis) = 0;
+  // Member j gets chunk j along `axis` of the elementwise reduction (reduce-scatter-v).
+  virtual std::vector<Tensor> reduce_scatter(const Group& group, const std::vector<Tensor>& inputs,
+                                             ReduceOp op, int64_t axis) = 0;
+  // Member j gets chunk j along `split_axis` of every member's tensor, concatenated along
+  // `concat_axis` in group order (all-to-all-v).
+  virtual std::vector<Tensor> all_to_all(const Group& group, const std::vector<Tensor>& inputs,
+                                         int64_t split_axis, int64_t concat_axis) = 0;
+  // Every member gets the tensor of the member at position `root`.
+  virtual std::vector<Tensor> broadcast(const Group& group, const std::vector<Tensor>& inputs,
+                                        int64_t root) = 0;
+  virtual void barrier(const Group& group) = 0;
+};
+
+// The backend for devices that live in this process: threads and shared memory. It requires
+// every member of a group to be local.
+std::shared_ptr<CollectiveBackend> make_in_process_backend();
+
+}  // namespace dtensor

@@ -1,0 +1,212 @@
+#include "runtime/collectives.h"
+
+#include <atomic>
+
+#include "runtime/thread_pool.h"
+
+namespace dtensor {
+namespace {
+
+struct AtomicStats {
+  std::array<std::atomic<int64_t>, kNumCollectiveKinds> calls{};
+  std::atomic<int64_t> bytes{0};
+};
+
+AtomicStats& stats() {
+  static AtomicStats s;
+  return s;
+}
+
+std::shared_ptr<CollectiveBackend>& backend_slot() {
+  static std::shared_ptr<CollectiveBackend> backend = make_in_process_backend();
+  return backend;
+}
+
+void check_shards(const Mesh& mesh, const std::vector<Tensor>& shards, const char* function) {
+  if (static_cast<int64_t>(shards.size()) != mesh.num_local_devices()) {
+    throw_error<InvalidArgumentError>(function, "got {} shards for the {} local devices of mesh {}",
+                                      shards.size(), mesh.num_local_devices(), mesh.dims_string());
+  }
+  for (const Tensor& t : shards) {
+    if (t.dtype() != shards[0].dtype() || t.rank() != shards[0].rank()) {
+      throw_error<ShapeError>(function, "shards {} and {} differ in dtype or rank",
+                              shards[0].to_string(), t.to_string());
+    }
+  }
+}
+
+void check_axis(const std::vector<Tensor>& shards, int64_t axis, const char* function) {
+  if (shards.empty()) return;
+  if (axis < 0 || axis >= shards[0].rank()) {
+    throw_error<ShapeError>(function, "axis {} is out of range for shard {}", axis,
+                            shards[0].to_string());
+  }
+}
+
+// Runs `call(group, inputs)` on every group along `dims` and scatters the results back into
+// local order. Groups run in parallel on the pool when the shards are large.
+template <typename Call>
+std::vector<Tensor> over_groups(const Mesh& mesh, MeshDimMask dims,
+                                const std::vector<Tensor>& shards, CollectiveKind kind,
+                                Call&& call) {
+  if (mesh.group_size(dims) == 1) return shards;
+  AtomicStats& s = stats();
+  s.calls[static_cast<size_t>(kind)].fetch_add(1, std::memory_order_relaxed);
+  int64_t bytes = 0;
+  for (const Tensor& t : shards) bytes += static_cast<int64_t>(t.nbytes());
+  s.bytes.fetch_add(bytes, std::memory_order_relaxed);
+
+  // The groups that hold at least one local device, each with its local members.
+  std::vector<Group> groups;
+  for (const auto& devices : mesh.groups(dims)) {
+    Group g{devices, {}, mesh.process_index()};
+    bool any_local = false;
+    for (int64_t d : devices) {
+      g.owners.push_back(mesh.owner_process(d));
+      any_local = any_local || mesh.is_local(d);
+    }
+    if (any_local) groups.push_back(std::move(g));
+  }
+  std::vector<Tensor> out(shards.size());
+  auto run_group = [&](int64_t gi) {
+    const Group& g = groups[static_cast<size_t>(gi)];
+    std::vector<Tensor> inputs;
+    std::vector<int64_t> positions = g.local_positions();
+    for (int64_t p : positions) {
+      inputs.push_back(shards[static_cast<size_t>(mesh.local_index(g.devices[p]))]);
+    }
+    std::vector<Tensor> results = call(g, inputs);
+    for (size_t i = 0; i < positions.size(); ++i) {
+      out[static_cast<size_t>(mesh.local_index(g.devices[positions[i]]))] = std::move(results[i]);
+    }
+  };
+  constexpr int64_t kParallelBytes = 1 << 20;
+  if (groups.size() > 1 && bytes >= kParallelBytes) {
+    ThreadPool::global().parallel_for(static_cast<int64_t>(groups.size()), run_group);
+  } else {
+    for (size_t gi = 0; gi < groups.size(); ++gi) run_group(static_cast<int64_t>(gi));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string_view collective_kind_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+      return "all_reduce";
+    case CollectiveKind::kAllGather:
+      return "all_gather";
+    case CollectiveKind::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveKind::kAllToAll:
+      return "all_to_all";
+    case CollectiveKind::kBroadcast:
+      return "broadcast";
+    case CollectiveKind::kBarrier:
+      return "barrier";
+  }
+  return "?";
+}
+
+int64_t CollectiveStats::total() const {
+  int64_t n = 0;
+  for (int64_t c : calls) n += c;
+  return n;
+}
+
+std::string CollectiveStats::to_string() const {
+  std::string s;
+  for (int k = 0; k < kNumCollectiveKinds; ++k) {
+    if (calls[k] == 0) continue;
+    s += fmt::format("{}={} ", collective_kind_name(static_cast<CollectiveKind>(k)), calls[k]);
+  }
+  return s + fmt::format("bytes={}", bytes);
+}
+
+CollectiveStats collective_stats() {
+  CollectiveStats out;
+  AtomicStats& s = stats();
+  for (int k = 0; k < kNumCollectiveKinds; ++k) out.calls[k] = s.calls[k].load();
+  out.bytes = s.bytes.load();
+  return out;
+}
+
+void reset_collective_stats() {
+  AtomicStats& s = stats();
+  for (auto& c : s.calls) c.store(0);
+  s.bytes.store(0);
+}
+
+CollectiveBackend& collective_backend() { return *backend_slot(); }
+
+void set_collective_backend(std::shared_ptr<CollectiveBackend> backend) {
+  if (!backend) throw_error<InvalidArgumentError>("set_collective_backend", "backend is null");
+  backend_slot() = std::move(backend);
+}
+
+std::vector<Tensor> all_reduce(const Mesh& mesh, MeshDimMask dims,
+                               const std::vector<Tensor>& shards, ReduceOp op) {
+  check_shards(mesh, shards, "all_reduce");
+  return over_groups(mesh, dims, shards, CollectiveKind::kAllReduce,
+                     [&](const Group& g, const std::vector<Tensor>& in) {
+                       return collective_backend().all_reduce(g, in, op);
+                     });
+}
+
+std::vector<Tensor> all_gather(const Mesh& mesh, MeshDimMask dims,
+                               const std::vector<Tensor>& shards, int64_t axis) {
+  check_shards(mesh, shards, "all_gather");
+  check_axis(shards, axis, "all_gather");
+  return over_groups(mesh, dims, shards, CollectiveKind::kAllGather,
+                     [&](const Group& g, const std::vector<Tensor>& in) {
+                       return collective_backend().all_gather(g, in, axis);
+                     });
+}
+
+std::vector<Tensor> reduce_scatter(const Mesh& mesh, MeshDimMask dims,
+                                   const std::vector<Tensor>& shards, ReduceOp op, int64_t axis) {
+  check_shards(mesh, shards, "reduce_scatter");
+  check_axis(shards, axis, "reduce_scatter");
+  return over_groups(mesh, dims, shards, CollectiveKind::kReduceScatter,
+                     [&](const Group& g, const std::vector<Tensor>& in) {
+                       return collective_backend().reduce_scatter(g, in, op, axis);
+                     });
+}
+
+std::vector<Tensor> all_to_all(const Mesh& mesh, MeshDimMask dims,
+                               const std::vector<Tensor>& shards, int64_t split_axis,
+                               int64_t concat_axis) {
+  check_shards(mesh, shards, "all_to_all");
+  check_axis(shards, split_axis, "all_to_all");
+  check_axis(shards, concat_axis, "all_to_all");
+  return over_groups(mesh, dims, shards, CollectiveKind::kAllToAll,
+                     [&](const Group& g, const std::vector<Tensor>& in) {
+                       return collective_backend().all_to_all(g, in, split_axis, concat_axis);
+                     });
+}
+
+std::vector<Tensor> broadcast(const Mesh& mesh, MeshDimMask dims, const std::vector<Tensor>& shards,
+                              int64_t root) {
+  check_shards(mesh, shards, "broadcast");
+  if (root < 0 || root >= mesh.group_size(dims)) {
+    throw_error<InvalidArgumentError>("broadcast", "root {} is not a position in groups of {}",
+                                      root, mesh.group_size(dims));
+  }
+  return over_groups(mesh, dims, shards, CollectiveKind::kBroadcast,
+                     [&](const Group& g, const std::vector<Tensor>& in) {
+                       return collective_backend().broadcast(g, in, root);
+                     });
+}
+
+void barrier(const Mesh& mesh) {
+  stats().calls[static_cast<size_t>(CollectiveKind::kBarrier)].fetch_add(1);
+  Group g{{}, {}, mesh.process_index()};
+  for (int64_t d = 0; d < mesh.num_devices(); ++d) {
+    g.devices.push_back(d);
+    g.owners.push_back(mesh.owner_process(d));
+  }
+  collective_backend().barrier(g);
+}
+
+}  // namespace dtensor

@@ -1,0 +1,68 @@
+// Collectives over mesh groups: the calls relayout and op expansions make.
+//
+// Each function takes the local shards of one mesh-wide value (one tensor per local device of
+// `mesh`, in local order) and runs the collective over every group of devices that differ only
+// along the mesh dims in `dims`, returning the new local shards in the same order. Groups of one
+// device return their input unchanged. The work goes to the current CollectiveBackend
+// (in-process unless the runtime installed another).
+//
+// Every call that moves data is counted once in the process-wide CollectiveStats, whatever the
+// number of groups, so tests can assert how many collectives an expansion emits.
+//
+// Thread-safety: the stats are atomic; set_collective_backend must not race with collectives.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mesh/mesh.h"
+#include "runtime/collective_backend.h"
+
+namespace dtensor {
+
+enum class CollectiveKind : uint8_t {
+  kAllReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kBroadcast,
+  kBarrier,
+};
+constexpr int kNumCollectiveKinds = 6;
+std::string_view collective_kind_name(CollectiveKind kind);
+
+struct CollectiveStats {
+  std::array<int64_t, kNumCollectiveKinds> calls{};
+  int64_t bytes = 0;  // bytes of the local input shards of counted calls
+
+  int64_t count(CollectiveKind kind) const { return calls[static_cast<size_t>(kind)]; }
+  int64_t total() const;
+  // "all_reduce=1 all_to_all=2 bytes=4096", for test messages.
+  std::string to_string() const;
+};
+
+CollectiveStats collective_stats();
+void reset_collective_stats();
+
+// The backend collectives go to. The default is the in-process backend.
+CollectiveBackend& collective_backend();
+void set_collective_backend(std::shared_ptr<CollectiveBackend> backend);
+
+std::vector<Tensor> all_reduce(const Mesh& mesh, MeshDimMask dims,
+                               const std::vector<Tensor>& shards, ReduceOp op);
+std::vector<Tensor> all_gather(const Mesh& mesh, MeshDimMask dims,
+                               const std::vector<Tensor>& shards, int64_t axis);
+std::vector<Tensor> reduce_scatter(const Mesh& mesh, MeshDimMask dims,
+                                   const std::vector<Tensor>& shards, ReduceOp op, int64_t axis);
+std::vector<Tensor> all_to_all(const Mesh& mesh, MeshDimMask dims,
+                               const std::vector<Tensor>& shards, int64_t split_axis,
+                               int64_t concat_axis);
+// `root` is a position within each group.
+std::vector<Tensor> broadcast(const Mesh& mesh, MeshDimMask dims, const std::vector<Tensor>& shards,
+                              int64_t root);
+void barrier(const Mesh& mesh);
+
+}  // namespace dtensor

@@ -1,0 +1,176 @@
+// In-process collectives: all members of a group are devices of this process, so a collective
+// is a set of memory copies. Identical results (all-reduce, all-gather, broadcast) are computed
+// once and shared by every member.
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/block.h"
+#include "runtime/collective_backend.h"
+#include "runtime/thread_pool.h"
+
+namespace dtensor {
+
+std::vector<int64_t> Group::local_positions() const {
+  std::vector<int64_t> positions;
+  for (int64_t i = 0; i < size(); ++i) {
+    if (owners[static_cast<size_t>(i)] == self) positions.push_back(i);
+  }
+  return positions;
+}
+
+namespace {
+
+// Below this many bytes a reduction runs on the calling thread: waking the pool costs more.
+constexpr size_t kParallelBytes = 1 << 18;
+
+std::vector<Tensor> shared_result(const Tensor& result, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> out;
+  out.reserve(inputs.size());
+  for (const Tensor& in : inputs) out.push_back(result.with_device(in.device()));
+  return out;
+}
+
+Shape with_dim(Shape shape, int64_t axis, int64_t size) {
+  shape[static_cast<size_t>(axis)] = size;
+  return shape;
+}
+
+std::vector<int64_t> at_dim(size_t rank, int64_t axis, int64_t offset) {
+  std::vector<int64_t> begin(rank, 0);
+  if (rank > 0) begin[static_cast<size_t>(axis)] = offset;
+  return begin;
+}
+
+// Elementwise reduction of `inputs` into a fresh tensor, split over the thread pool when large.
+Tensor reduce_all(const std::vector<Tensor>& inputs, ReduceOp op) {
+  const Tensor& first = inputs[0];
+  Tensor acc = Tensor::empty(first.shape(), first.dtype(), first.device());
+  const int64_t n = first.num_elements();
+  const size_t esize = dtype_size(first.dtype());
+  // Blocks small enough to stay in L1 while every input is folded in: each input is read once
+  // and the result written once, (N+1) x bytes of memory traffic.
+  const int64_t block = std::max<int64_t>(1, 16384 / static_cast<int64_t>(esize));
+  auto reduce_part = [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; b += block) {
+      const int64_t e = std::min(end, b + block);
+      std::memcpy(static_cast<char*>(acc.raw_data()) + b * esize,
+                  static_cast<const char*>(first.raw_data()) + b * esize,
+                  static_cast<size_t>(e - b) * esize);
+      for (size_t i = 1; i < inputs.size(); ++i) reduce_range(acc, inputs[i], op, b, e);
+    }
+  };
+  if (first.nbytes() < kParallelBytes) {
+    reduce_part(0, n);
+  } else {
+    ThreadPool& pool = ThreadPool::global();
+    const int64_t parts = pool.num_threads();
+    pool.parallel_for(parts, [&](int64_t p) {
+      ShardRange r = chunk_range(n, parts, p);
+      reduce_part(r.offset, r.offset + r.size);
+    });
+  }
+  return acc;
+}
+
+void require_local(const Group& group, const char* function) {
+  for (size_t i = 0; i < group.devices.size(); ++i) {
+    if (group.owners[i] != group.self) {
+      throw_error<CommunicationError>(
+          function,
+          "device {} belongs to process {}; the in-process backend needs every member "
+          "of a group in this process (launch with mpirun to use the MPI backend)",
+          group.devices[i], group.owners[i]);
+    }
+  }
+}
+
+class InProcessBackend final : public CollectiveBackend {
+ public:
+  std::string_view name() const override { return "in-process"; }
+
+  std::vector<Tensor> all_reduce(const Group& group, const std::vector<Tensor>& inputs,
+                                 ReduceOp op) override {
+    require_local(group, "all_reduce");
+    return shared_result(reduce_all(inputs, op), inputs);
+  }
+
+  std::vector<Tensor> all_gather(const Group& group, const std::vector<Tensor>& inputs,
+                                 int64_t axis) override {
+    require_local(group, "all_gather");
+    int64_t total = 0;
+    for (const Tensor& in : inputs) total += in.dim(axis);
+    const Tensor& first = inputs[0];
+    Tensor out = Tensor::empty(with_dim(first.shape(), axis, total), first.dtype(), first.device());
+    int64_t offset = 0;
+    for (const Tensor& in : inputs) {
+      copy_box(in, at_dim(in.shape().size(), axis, 0), out, at_dim(in.shape().size(), axis, offset),
+               in.shape());
+      offset += in.dim(axis);
+    }
+    return shared_result(out, inputs);
+  }
+
+  std::vector<Tensor> reduce_scatter(const Group& group, const std::vector<Tensor>& inputs,
+                                     ReduceOp op, int64_t axis) override {
+    require_local(group, "reduce_scatter");
+    const int64_t k = group.size();
+    const size_t rank = inputs[0].shape().size();
+    std::vector<Tensor> out;
+    for (int64_t j = 0; j < k; ++j) {
+      ShardRange r = chunk_range(inputs[0].dim(axis), k, j);
+      Shape extent = with_dim(inputs[0].shape(), axis, r.size);
+      std::vector<Tensor> chunks;
+      for (const Tensor& in : inputs)
+        chunks.push_back(slice_box(in, at_dim(rank, axis, r.offset), extent));
+      Tensor reduced = reduce_all(chunks, op);
+      out.push_back(reduced.with_device(inputs[static_cast<size_t>(j)].device()));
+    }
+    return out;
+  }
+
+  std::vector<Tensor> all_to_all(const Group& group, const std::vector<Tensor>& inputs,
+                                 int64_t split_axis, int64_t concat_axis) override {
+    require_local(group, "all_to_all");
+    const int64_t k = group.size();
+    const size_t rank = inputs[0].shape().size();
+    std::vector<Tensor> out;
+    for (int64_t j = 0; j < k; ++j) {
+      // The box member j takes from every input, and where it lands.
+      std::vector<ShardRange> pieces;
+      int64_t concat_total = 0;
+      for (const Tensor& in : inputs) {
+        pieces.push_back(chunk_range(in.dim(split_axis), k, j));
+        concat_total += split_axis == concat_axis ? pieces.back().size : in.dim(concat_axis);
+      }
+      Shape out_shape = with_dim(inputs[0].shape(), split_axis, pieces[0].size);
+      out_shape = with_dim(out_shape, concat_axis, concat_total);
+      Tensor result =
+          Tensor::empty(out_shape, inputs[0].dtype(), inputs[static_cast<size_t>(j)].device());
+      int64_t offset = 0;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        Shape extent = with_dim(inputs[i].shape(), split_axis, pieces[i].size);
+        copy_box(inputs[i], at_dim(rank, split_axis, pieces[i].offset), result,
+                 at_dim(rank, concat_axis, offset), extent);
+        offset += extent[static_cast<size_t>(concat_axis)];
+      }
+      out.push_back(result);
+    }
+    return out;
+  }
+
+  std::vector<Tensor> broadcast(const Group& group, const std::vector<Tensor>& inputs,
+                                int64_t root) override {
+    require_local(group, "broadcast");
+    return shared_result(inputs[static_cast<size_t>(root)], inputs);
+  }
+
+  void barrier(const Group& group) override { require_local(group, "barrier"); }
+};
+
+}  // namespace
+
+std::shared_ptr<CollectiveBackend> make_in_process_backend() {
+  return std::make_shared<InProcessBackend>();
+}
+
+}  // namespace dtensor

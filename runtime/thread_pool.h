@@ -1,0 +1,75 @@
+// ThreadPool: a fixed set of worker threads that run the indices of a parallel loop.
+//
+// `parallel_for(n, fn)` runs fn(0) .. fn(n-1) and returns when all of them are done; the calling
+// thread works on the loop too, so a pool of N threads owns N-1 workers. Indices are handed out one
+// at a time from an atomic counter, so uneven tasks balance across threads.
+//
+// Ownership: the pool owns its workers and joins them in its destructor; `fn` is borrowed for the
+// duration of the call. `global()` is created on first use and never destroyed, so it may be used
+// from static destructors.
+//
+// Thread-safety: parallel_for may be called concurrently from any number of unrelated threads;
+// the calls do not serialise: each one runs on its caller plus whichever workers are idle, and
+// a caller can always finish its own loop alone, so no call waits on another. A parallel_for made
+// from inside a task of the same pool runs inline on that thread. Destroying a pool while a call
+// on it is in progress is undefined.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace dtensor {
+
+class ThreadPool {
+ public:
+  // `num_threads` is the total parallelism, the calling thread included; must be >= 1 (throws
+  // InvalidArgumentError otherwise).
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  // The process-wide pool, sized to std::thread::hardware_concurrency() (at least 1). The
+  // environment variable DTENSOR_NUM_THREADS, when set, overrides the size; a value that is not a
+  // positive integer throws InvalidArgumentError.
+  static ThreadPool& global();
+
+  int num_threads() const { return num_threads_; }
+
+  // Runs fn(i) for every i in [0, n) and returns when all are done; the calling thread takes part.
+  // If a task throws, indices that have not started yet are skipped, and the first exception is
+  // rethrown here once every started task has finished. n <= 1, a 1-thread pool, or a call from
+  // inside a task of this pool runs the loop inline on the calling thread.
+  void parallel_for(int64_t n, const std::function<void(int64_t)>& fn);
+
+  // True while the current thread runs a task of some ThreadPool (as a worker, or as a caller
+  // inside parallel_for).
+  static bool in_worker();
+
+ private:
+  struct Job;
+
+  void worker_loop();
+  // The first job with unclaimed indices, or nullptr. Requires mu_.
+  Job* find_job_locked() const;
+  // Claims and runs indices of `job` until none are left or a task has failed.
+  void run_indices(Job& job);
+  bool on_task_stack() const;
+
+  const int num_threads_;
+  std::vector<std::thread> workers_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;  // a job was posted, or the pool is stopping
+  std::vector<Job*> jobs_;           // loops in progress, oldest first; guarded by mu_
+  bool stop_ = false;                // guarded by mu_
+  // Bumped on every posted job so that idle workers can spin on it before sleeping.
+  std::atomic<uint64_t> post_epoch_{0};
+};
+
+}  // namespace dtensor

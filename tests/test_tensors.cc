@@ -1,0 +1,88 @@
+#include "tests/test_tensors.h"
+
+#include <random>
+
+#include "dtensor/relayout.h"
+#include "runtime/block.h"
+
+namespace dtensor::testing {
+namespace {
+
+template <typename T>
+T from_double(double v) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    return BFloat16(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+template <typename T>
+double to_double(T v) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    return static_cast<double>(static_cast<float>(v));
+  } else {
+    return static_cast<double>(v);
+  }
+}
+
+}  // namespace
+
+Tensor integer_tensor(const Shape& shape, DType dtype, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> dist(-50, 50);
+  Tensor t = Tensor::empty(shape, dtype);
+  visit_dtype(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    T* data = static_cast<T*>(t.raw_data());
+    for (int64_t i = 0; i < t.num_elements(); ++i) {
+      if constexpr (std::is_same_v<T, bool>) {
+        data[i] = dist(rng) > 0;
+      } else {
+        data[i] = from_double<T>(static_cast<double>(dist(rng)));
+      }
+    }
+  });
+  return t;
+}
+
+DTensor distribute_with_terms(const Tensor& global, const Layout& layout, uint64_t seed) {
+  DTensor value = distribute(global, layout.without_partial());
+  if (!layout.is_partial()) return value;
+  const Mesh& mesh = layout.mesh();
+  const ReduceOp op = layout.partial()[0].op;
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> dist(-20, 20);
+  std::vector<Tensor> terms(value.shards().size());
+  for (const auto& group : mesh.groups(layout.partial_mask())) {
+    // The first member balances the others so the reduction is exactly the value.
+    Tensor first = value.shard(mesh.local_index(group[0])).clone();
+    for (size_t i = 1; i < group.size(); ++i) {
+      Tensor term = value.shard(mesh.local_index(group[i])).clone();
+      visit_dtype(term.dtype(), [&](auto zero) {
+        using T = decltype(zero);
+        if constexpr (!std::is_same_v<T, bool>) {
+          T* t = static_cast<T*>(term.raw_data());
+          T* f = static_cast<T*>(first.raw_data());
+          for (int64_t e = 0; e < term.num_elements(); ++e) {
+            // Integer noise keeps integer-valued data exact in every dtype.
+            const double noise = static_cast<double>(dist(rng));
+            if (op == ReduceOp::kSum) {
+              t[e] = from_double<T>(noise);
+              f[e] = from_double<T>(to_double(f[e]) - noise);
+            } else if (op == ReduceOp::kMax) {
+              t[e] = from_double<T>(to_double(t[e]) - std::abs(noise));
+            } else {
+              t[e] = from_double<T>(to_double(t[e]) + std::abs(noise));
+            }
+          }
+        }
+      });
+      terms[static_cast<size_t>(mesh.local_index(group[i]))] = term;
+    }
+    terms[static_cast<size_t>(mesh.local_index(group[0]))] = first;
+  }
+  return DTensor(global.shape(), global.dtype(), layout, std::move(terms));
+}
+
+}  // namespace dtensor::testing

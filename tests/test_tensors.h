@@ -1,0 +1,19 @@
+// Test helpers: tensors whose values make exact comparisons meaningful.
+#pragma once
+
+#include <cstdint>
+
+#include "dtensor/dtensor.h"
+
+namespace dtensor::testing {
+
+// A tensor of small random integers in [-50, 50] stored as `dtype`: sums of a few of them are
+// exact in every dtype, so sharded and single-device results can be compared bit for bit.
+Tensor integer_tensor(const Shape& shape, DType dtype, uint64_t seed);
+
+// `global` in `layout`, with non-trivial partial terms: along the partial dims every device holds
+// a different term (integer noise), and the terms reduce to `global` (exactly for integer-valued
+// data).
+DTensor distribute_with_terms(const Tensor& global, const Layout& layout, uint64_t seed);
+
+}  // namespace dtensor::testing
