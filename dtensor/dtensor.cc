@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <map>
 
 #include "dtensor/relayout.h"
@@ -9,11 +10,17 @@
 
 namespace dtensor {
 
+int64_t DTensor::next_id() {
+  static std::atomic<int64_t> counter{1};
+  return counter.fetch_add(1, std::memory_order_relaxed);
+}
+
 DTensor::DTensor(Shape shape, DType dtype, Layout layout, std::vector<Tensor> shards)
     : shape_(std::move(shape)),
       dtype_(dtype),
       layout_(std::move(layout)),
-      shards_(std::move(shards)) {
+      shards_(std::move(shards)),
+      id_(next_id()) {
   validate_shape(shape_, "DTensor");
   layout_.check_shape(shape_, "DTensor");
   const Mesh& mesh = layout_.mesh();

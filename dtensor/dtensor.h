@@ -3,7 +3,8 @@
 //
 // The global shape, dtype and layout describe the logical value; shard i (local order, see
 // Mesh::local_device_ids) holds the box layout.shard_shape/shard_offset of device i. Under a
-// partial layout each device holds one term and the logical value is their reduction.
+// partial layout each device holds one term and the logical value is their reduction. Devices
+// that differ only along replicated mesh dims hold identical shards (identical terms, too).
 //
 // A DTensor is an immutable value: copies share the shards, and shards may share storage with
 // each other (replicated shards of in-process devices are stored once). Nothing writes a shard in
@@ -36,6 +37,9 @@ class DTensor {
   const Layout& layout() const { return layout_; }
   const Mesh& mesh() const { return layout_.mesh(); }
   const std::vector<Tensor>& shards() const { return shards_; }
+  // Identity of this value: copies share it, every op result gets a new one. Autograd links
+  // recorded ops through it.
+  int64_t id() const { return id_; }
   const Tensor& shard(int64_t local_index) const { return shards_[local_index]; }
 
   // "f32[784,700] sharding_specs:unsharded,unsharded, mesh:|batch=8|..."
@@ -49,12 +53,15 @@ class DTensor {
       : shape_(std::move(shape)),
         dtype_(dtype),
         layout_(std::move(layout)),
-        shards_(std::move(shards)) {}
+        shards_(std::move(shards)),
+        id_(next_id()) {}
+  static int64_t next_id();
 
   Shape shape_;
   DType dtype_;
   Layout layout_;
   std::vector<Tensor> shards_;
+  int64_t id_ = 0;
 };
 
 // A DTensor from one component per local device (in local order). The global shape is inferred:

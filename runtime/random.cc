@@ -24,6 +24,7 @@ constexpr uint32_t kElementStream = 0;  // one Philox output per element
 constexpr uint32_t kPackedStream = 1;   // one 32-bit word per element, four elements per output
 
 inline Counter philox(Counter c, Key k) {
+#pragma GCC unroll 10
   for (int round = 0; round < 10; ++round) {
     const uint64_t p0 = uint64_t{kPhiloxM0} * c[0];
     const uint64_t p1 = uint64_t{kPhiloxM1} * c[2];
@@ -178,7 +179,8 @@ Compute<T> round_to(double x) {
     return x;
   } else {
     if (!(std::abs(x) <= std::numeric_limits<float>::max()))
-      return std::copysign(std::numeric_limits<float>::infinity(), static_cast<float>(x));
+      return x > 0 ? std::numeric_limits<float>::infinity()
+                   : -std::numeric_limits<float>::infinity();
     const float f = static_cast<float>(x);
     if constexpr (std::is_same_v<T, BFloat16>) return static_cast<float>(BFloat16(f));
     return f;

@@ -22,7 +22,15 @@ Storage::Storage(size_t nbytes) : nbytes_(nbytes) {
 
 Storage::~Storage() { std::free(data_); }
 
-Tensor::Tensor() : Tensor(Shape{0}, DType::kF32, Device{}, std::make_shared<Storage>(0)) {}
+namespace {
+// Shared by every default-constructed Tensor: it holds no elements, so nothing writes it.
+const std::shared_ptr<Storage>& empty_storage() {
+  static const auto* storage = new std::shared_ptr<Storage>(std::make_shared<Storage>(0));
+  return *storage;
+}
+}  // namespace
+
+Tensor::Tensor() : Tensor(Shape{0}, DType::kF32, Device{}, empty_storage()) {}
 
 Tensor::Tensor(Shape shape, DType dtype, Device device, std::shared_ptr<Storage> storage)
     : shape_(std::move(shape)),

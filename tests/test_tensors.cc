@@ -51,10 +51,18 @@ DTensor distribute_with_terms(const Tensor& global, const Layout& layout, uint64
   if (!layout.is_partial()) return value;
   const Mesh& mesh = layout.mesh();
   const ReduceOp op = layout.partial()[0].op;
-  std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int64_t> dist(-20, 20);
   std::vector<Tensor> terms(value.shards().size());
   for (const auto& group : mesh.groups(layout.partial_mask())) {
+    // Replicas (devices that differ only along replicated mesh dims) must hold the same terms,
+    // as every op's output does: seed the noise by the group's coordinates on sharded dims.
+    uint64_t group_seed = seed;
+    for (int64_t m = 0; m < mesh.rank(); ++m) {
+      if ((layout.sharded_mask() >> m) & 1u) {
+        group_seed = group_seed * 1000003u + static_cast<uint64_t>(mesh.coord(group[0], m));
+      }
+    }
+    std::mt19937_64 rng(group_seed);
     // The first member balances the others so the reduction is exactly the value.
     Tensor first = value.shard(mesh.local_index(group[0])).clone();
     for (size_t i = 1; i < group.size(); ++i) {

@@ -1,0 +1,107 @@
+#include "ops/autograd.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "dtensor/creation.h"
+#include "dtensor/relayout.h"
+#include "ops/ops.h"
+
+namespace dtensor {
+
+struct GradientTape::Record {
+  std::vector<int64_t> inputs;
+  int64_t output;
+  Vjp vjp;
+};
+
+namespace {
+
+struct ThreadTapes {
+  std::vector<GradientTape*> active;
+  std::vector<std::unordered_set<int64_t>> tracked;  // per active tape
+  int paused = 0;
+};
+
+thread_local ThreadTapes tapes;
+
+}  // namespace
+
+GradientTape::GradientTape() {
+  tapes.active.push_back(this);
+  tapes.tracked.emplace_back();
+}
+
+GradientTape::~GradientTape() {
+  auto it = std::find(tapes.active.begin(), tapes.active.end(), this);
+  if (it != tapes.active.end()) {
+    tapes.tracked.erase(tapes.tracked.begin() + (it - tapes.active.begin()));
+    tapes.active.erase(it);
+  }
+}
+
+void GradientTape::watch(const DTensor& x) {
+  auto it = std::find(tapes.active.begin(), tapes.active.end(), this);
+  if (it != tapes.active.end()) tapes.tracked[it - tapes.active.begin()].insert(x.id());
+  watched_.push_back(x.id());
+}
+
+void GradientTape::watch(const DVariable& v) { watch(v.value()); }
+
+NoRecord::NoRecord() { ++tapes.paused; }
+NoRecord::~NoRecord() { --tapes.paused; }
+
+bool tape_active() { return !tapes.active.empty() && tapes.paused == 0; }
+
+void record_op(const std::vector<const DTensor*>& inputs, const DTensor& output, Vjp vjp) {
+  if (!tape_active()) return;
+  for (size_t t = 0; t < tapes.active.size(); ++t) {
+    auto& tracked = tapes.tracked[t];
+    bool depends = false;
+    for (const DTensor* in : inputs) depends = depends || tracked.count(in->id()) > 0;
+    if (!depends) continue;
+    GradientTape::Record r;
+    for (const DTensor* in : inputs) r.inputs.push_back(in->id());
+    r.output = output.id();
+    r.vjp = vjp;
+    tapes.active[t]->records_.push_back(std::move(r));
+    tracked.insert(output.id());
+  }
+}
+
+std::vector<DTensor> GradientTape::gradient(const DTensor& target,
+                                            const std::vector<DTensor>& sources) {
+  NoRecord pause;
+  std::unordered_map<int64_t, DTensor> grads;
+  grads.emplace(target.id(),
+                ones(target.shape(), target.layout().without_partial(), target.dtype()));
+  for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
+    auto g = grads.find(it->output);
+    if (g == grads.end()) continue;
+    std::vector<std::optional<DTensor>> input_grads = it->vjp(g->second);
+    for (size_t i = 0; i < it->inputs.size() && i < input_grads.size(); ++i) {
+      if (!input_grads[i]) continue;
+      auto [slot, fresh] = grads.try_emplace(it->inputs[i], *input_grads[i]);
+      if (!fresh) slot->second = add(slot->second, *input_grads[i]);
+    }
+  }
+  std::vector<DTensor> out;
+  for (const DTensor& s : sources) {
+    auto g = grads.find(s.id());
+    out.push_back(g != grads.end() ? g->second
+                                   : zeros(s.shape(), s.layout().without_partial(), s.dtype()));
+  }
+  return out;
+}
+
+std::vector<DTensor> GradientTape::gradient(const DTensor& target,
+                                            const std::vector<DVariable>& sources) {
+  std::vector<DTensor> values;
+  for (const DVariable& v : sources) values.push_back(v.value());
+  std::vector<DTensor> grads = gradient(target, values);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = relayout(grads[i], sources[i].layout());
+  return grads;
+}
+
+}  // namespace dtensor

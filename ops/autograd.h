@@ -1,0 +1,67 @@
+// Reverse-mode autograd over DTensors: a gradient tape (TF's tf.GradientTape).
+//
+// While a GradientTape is alive on a thread, every op on that thread whose inputs depend on a
+// watched value records itself with its vector-Jacobian product. The VJPs are written with
+// DTensor ops, so backward passes are sharded and expanded like forward ones, and gradients come
+// out in whatever layout the expansion gives: the gradient of a replicated weight from
+// batch-sharded activations is partial over `batch`. gradient() for DVariables brings each
+// gradient to its variable's layout, which is where that partial sum is reduced, once.
+//
+// Tapes are per thread and may nest; a tape is not thread-safe. Values read from a DVariable
+// after watch(variable) are tracked (DVariable reads share the variable's current value id).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "dtensor/dtensor.h"
+#include "dtensor/variable.h"
+
+namespace dtensor {
+
+class GradientTape {
+ public:
+  GradientTape();
+  ~GradientTape();
+  GradientTape(const GradientTape&) = delete;
+  GradientTape& operator=(const GradientTape&) = delete;
+
+  void watch(const DTensor& x);
+  void watch(const DVariable& v);
+
+  // d target / d source for each source (target must be a scalar, or its gradient is taken as
+  // ones). Sources the target does not depend on get zeros in their own layout.
+  std::vector<DTensor> gradient(const DTensor& target, const std::vector<DTensor>& sources);
+  // As above, each gradient relayouted to its variable's layout.
+  std::vector<DTensor> gradient(const DTensor& target, const std::vector<DVariable>& sources);
+
+  struct Record;
+
+ private:
+  std::vector<Record> records_;
+  std::vector<int64_t> watched_;
+  friend void record_op(const std::vector<const DTensor*>&, const DTensor&,
+                        std::function<std::vector<std::optional<DTensor>>(const DTensor&)>);
+  friend bool tape_active();
+};
+
+using Vjp = std::function<std::vector<std::optional<DTensor>>(const DTensor& grad)>;
+
+// Pauses recording on this thread for its lifetime: ops composed of other ops record only
+// themselves, and VJPs are not recorded.
+class NoRecord {
+ public:
+  NoRecord();
+  ~NoRecord();
+  NoRecord(const NoRecord&) = delete;
+  NoRecord& operator=(const NoRecord&) = delete;
+};
+
+// For op implementations: whether any tape is recording on this thread, and recording one op
+// (its inputs, output and VJP) on every active tape that tracks one of the inputs.
+bool tape_active();
+void record_op(const std::vector<const DTensor*>& inputs, const DTensor& output, Vjp vjp);
+
+}  // namespace dtensor

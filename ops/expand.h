@@ -1,0 +1,38 @@
+// Expansion: running an op's local kernel on every local shard.
+//
+// After the sharding rule has fixed the layouts and the inputs have been relayouted, every local
+// device computes its output shard from its input shards with the local kernel. Devices whose
+// input shards are the very same buffers (replicated operands of in-process devices) compute once
+// and share the result. Distinct computations run on the thread pool when there is enough work
+// to pay for waking it, each with a share of the BLAS threads; small ones run inline.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "dtensor/dtensor.h"
+
+namespace dtensor {
+
+// The input shards of one device, by position (no copies of the Tensor handles).
+class Shards {
+ public:
+  explicit Shards(const Tensor* const* shards) : shards_(shards) {}
+  const Tensor& operator[](size_t i) const { return *shards_[i]; }
+
+ private:
+  const Tensor* const* shards_;
+};
+
+using LocalKernel = std::function<Tensor(const Shards& shards)>;
+
+// `inputs` are already in the layouts the rule chose; `work` estimates the flops (or bytes) of
+// the whole op, to decide between inline and parallel execution.
+DTensor run_local(const std::vector<const DTensor*>& inputs, const Layout& output_layout,
+                  const Shape& output_shape, DType output_dtype, double work,
+                  const LocalKernel& kernel);
+
+// The BLAS threads a kernel running on the current thread may use (set by run_local).
+int local_blas_threads();
+
+}  // namespace dtensor

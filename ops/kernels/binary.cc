@@ -1,0 +1,319 @@
+// Elementwise binary ops with NumPy broadcasting, where and broadcast_to.
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "ops/kernels/broadcast.h"
+#include "ops/kernels/internal.h"
+#include "ops/kernels/kernels.h"
+
+namespace dtensor::kernels {
+namespace {
+
+using internal::BroadcastPlan;
+using internal::describe;
+
+enum class Family { kArithmetic, kPow, kCompare, kLogical };
+
+Family family(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::kPow:
+      return Family::kPow;
+    case BinaryOp::kEqual:
+    case BinaryOp::kNotEqual:
+    case BinaryOp::kLess:
+    case BinaryOp::kLessEqual:
+    case BinaryOp::kGreater:
+    case BinaryOp::kGreaterEqual:
+      return Family::kCompare;
+    case BinaryOp::kLogicalAnd:
+    case BinaryOp::kLogicalOr:
+      return Family::kLogical;
+    default:
+      return Family::kArithmetic;
+  }
+}
+
+bool supports(BinaryOp op, DType d) {
+  switch (family(op)) {
+    case Family::kArithmetic:
+      return d != DType::kBool;
+    case Family::kPow:
+      return is_floating(d);
+    case Family::kCompare:
+      return d != DType::kBool || op == BinaryOp::kEqual || op == BinaryOp::kNotEqual;
+    case Family::kLogical:
+      return d == DType::kBool;
+  }
+  return false;
+}
+
+// The inner loop of one run: SA/SB are 1 when the operand advances along the run, 0 when it
+// repeats one element, so each combination compiles to its own vectorizable loop.
+template <int64_t SA, int64_t SB, typename T, typename R, typename Op>
+void run_loop(const T* __restrict a, const T* __restrict b, R* __restrict out, int64_t n, Op op) {
+  for (int64_t i = 0; i < n; ++i) out[i] = op(a[i * SA], b[i * SB]);
+}
+
+template <typename T, typename R, typename Op>
+void broadcast_apply(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
+  BroadcastPlan<2> plan(out.shape(), {&a.shape(), &b.shape()});
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  R* po = out.data<R>();
+  const int64_t n = plan.inner();
+  internal::with_inner_steps(plan, [&](auto sa, auto sb) {
+    plan.for_each_run([&](int64_t o, const std::array<int64_t, 2>& in) {
+      run_loop<decltype(sa)::value, decltype(sb)::value>(pa + in[0], pb + in[1], po + o, n, op);
+    });
+  });
+}
+
+template <typename T>
+T divide(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    // b == 0 was rejected up front; lowest / -1 overflows, so negate with wraparound instead.
+    return b == T{-1} ? internal::wrap_neg(a) : static_cast<T>(a / b);
+  } else {
+    return a / b;
+  }
+}
+
+template <typename T>
+void check_no_zero_divisor(const Tensor& a, const Tensor& b) {
+  const T* pb = b.data<T>();
+  bool zero = false;
+  for (int64_t i = 0; i < b.num_elements(); ++i) zero |= pb[i] == T{0};
+  if (zero && a.num_elements() > 0) {
+    throw_error<InvalidArgumentError>("div", "integer division by zero: {} / {}", describe(a),
+                                      describe(b));
+  }
+}
+
+template <typename T>
+void compute(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  switch (op) {
+    case BinaryOp::kAdd:
+      return broadcast_apply<T, T>(a, b, out, [](T x, T y) { return internal::add(x, y); });
+    case BinaryOp::kSub:
+      return broadcast_apply<T, T>(a, b, out, [](T x, T y) {
+        if constexpr (std::is_integral_v<T>) {
+          return internal::wrap_sub(x, y);
+        } else {
+          return x - y;
+        }
+      });
+    case BinaryOp::kMul:
+      return broadcast_apply<T, T>(a, b, out, [](T x, T y) { return internal::mul(x, y); });
+    case BinaryOp::kDiv:
+      if constexpr (std::is_integral_v<T>) check_no_zero_divisor<T>(a, b);
+      return broadcast_apply<T, T>(a, b, out, [](T x, T y) { return divide(x, y); });
+    case BinaryOp::kPow:
+      if constexpr (std::is_floating_point_v<T>) {
+        return broadcast_apply<T, T>(a, b, out, [](T x, T y) { return std::pow(x, y); });
+      }
+      break;
+    case BinaryOp::kMaximum:
+      return broadcast_apply<T, T>(a, b, out, [](T x, T y) { return internal::max_nan(x, y); });
+    case BinaryOp::kMinimum:
+      return broadcast_apply<T, T>(a, b, out, [](T x, T y) { return internal::min_nan(x, y); });
+    case BinaryOp::kEqual:
+      return broadcast_apply<T, bool>(a, b, out, [](T x, T y) { return x == y; });
+    case BinaryOp::kNotEqual:
+      return broadcast_apply<T, bool>(a, b, out, [](T x, T y) { return x != y; });
+    case BinaryOp::kLess:
+      return broadcast_apply<T, bool>(a, b, out, [](T x, T y) { return x < y; });
+    case BinaryOp::kLessEqual:
+      return broadcast_apply<T, bool>(a, b, out, [](T x, T y) { return x <= y; });
+    case BinaryOp::kGreater:
+      return broadcast_apply<T, bool>(a, b, out, [](T x, T y) { return x > y; });
+    case BinaryOp::kGreaterEqual:
+      return broadcast_apply<T, bool>(a, b, out, [](T x, T y) { return x >= y; });
+    case BinaryOp::kLogicalAnd:
+    case BinaryOp::kLogicalOr:
+      break;
+  }
+  DTENSOR_CHECK(false && "binary dtype was validated");
+}
+
+void compute_bool(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  switch (op) {
+    case BinaryOp::kEqual:
+      return broadcast_apply<bool, bool>(a, b, out, [](bool x, bool y) { return x == y; });
+    case BinaryOp::kNotEqual:
+      return broadcast_apply<bool, bool>(a, b, out, [](bool x, bool y) { return x != y; });
+    case BinaryOp::kLogicalAnd:
+      return broadcast_apply<bool, bool>(a, b, out, [](bool x, bool y) { return x && y; });
+    case BinaryOp::kLogicalOr:
+      return broadcast_apply<bool, bool>(a, b, out, [](bool x, bool y) { return x || y; });
+    default:
+      break;
+  }
+  DTENSOR_CHECK(false && "binary dtype was validated");
+}
+
+Shape broadcast_or_throw(const char* op, const Tensor& a, const Tensor& b) {
+  const Shape& sa = a.shape();
+  const Shape& sb = b.shape();
+  const size_t rank = std::max(sa.size(), sb.size());
+  Shape out(rank, 1);
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t da = d + sa.size() >= rank ? sa[d + sa.size() - rank] : 1;
+    int64_t db = d + sb.size() >= rank ? sb[d + sb.size() - rank] : 1;
+    if (da != db && da != 1 && db != 1) {
+      throw_error<ShapeError>(op, "incompatible shapes for broadcasting: {} vs {}", describe(a),
+                              describe(b));
+    }
+    out[d] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string_view binary_op_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::kAdd:
+      return "add";
+    case BinaryOp::kSub:
+      return "sub";
+    case BinaryOp::kMul:
+      return "mul";
+    case BinaryOp::kDiv:
+      return "div";
+    case BinaryOp::kPow:
+      return "pow";
+    case BinaryOp::kMaximum:
+      return "maximum";
+    case BinaryOp::kMinimum:
+      return "minimum";
+    case BinaryOp::kEqual:
+      return "equal";
+    case BinaryOp::kNotEqual:
+      return "not_equal";
+    case BinaryOp::kLess:
+      return "less";
+    case BinaryOp::kLessEqual:
+      return "less_equal";
+    case BinaryOp::kGreater:
+      return "greater";
+    case BinaryOp::kGreaterEqual:
+      return "greater_equal";
+    case BinaryOp::kLogicalAnd:
+      return "logical_and";
+    case BinaryOp::kLogicalOr:
+      return "logical_or";
+  }
+  return "binary";
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  const size_t rank = std::max(a.size(), b.size());
+  Shape out(rank, 1);
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t da = d + a.size() >= rank ? a[d + a.size() - rank] : 1;
+    int64_t db = d + b.size() >= rank ? b[d + b.size() - rank] : 1;
+    if (da != db && da != 1 && db != 1) {
+      throw_error<ShapeError>(op, "incompatible shapes for broadcasting: {} vs {}",
+                              shape_to_string(a), shape_to_string(b));
+    }
+    out[d] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const std::string name(binary_op_name(op));
+  if (a.dtype() != b.dtype()) {
+    throw_error<DTypeError>(name, "dtypes differ: {} vs {}", describe(a), describe(b));
+  }
+  if (!supports(op, a.dtype())) {
+    throw_error<DTypeError>(name, "unsupported dtype {}: {} vs {}", dtype_name(a.dtype()),
+                            describe(a), describe(b));
+  }
+  Shape shape = broadcast_or_throw(name.c_str(), a, b);
+  const Family fam = family(op);
+  if (a.dtype() == DType::kBF16) {
+    Tensor fa = internal::bf16_to_f32(a);
+    Tensor fb = internal::bf16_to_f32(b);
+    Tensor out = binary(op, fa, fb);  // comparisons of the widened values are exact
+    return fam == Family::kCompare ? out : internal::f32_to_bf16(out);
+  }
+  Tensor out = Tensor::empty(shape, fam == Family::kCompare ? DType::kBool : a.dtype(), a.device());
+  if (a.dtype() == DType::kBool) {
+    compute_bool(op, a, b, out);
+  } else {
+    internal::visit_numeric(a.dtype(), [&](auto t) { compute<decltype(t)>(op, a, b, out); });
+  }
+  return out;
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  if (cond.dtype() != DType::kBool) {
+    throw_error<DTypeError>("where", "condition must be bool, got {}", describe(cond));
+  }
+  if (a.dtype() != b.dtype()) {
+    throw_error<DTypeError>("where", "dtypes differ: {} vs {}", describe(a), describe(b));
+  }
+  Shape ab = broadcast_or_throw("where", a, b);
+  Shape shape;
+  try {
+    shape = broadcast_shapes(cond.shape(), ab, "where");
+  } catch (const ShapeError&) {
+    throw_error<ShapeError>("where", "incompatible shapes for broadcasting: {} ? {} : {}",
+                            describe(cond), describe(a), describe(b));
+  }
+  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
+  BroadcastPlan<3> plan(shape, {&cond.shape(), &a.shape(), &b.shape()});
+  const int64_t n = plan.inner();
+  const bool* pc = cond.data<bool>();
+  internal::visit_element_size(dtype_size(a.dtype()), [&](auto tag) {
+    using U = decltype(tag);
+    const U* pa = static_cast<const U*>(a.raw_data());
+    const U* pb = static_cast<const U*>(b.raw_data());
+    U* po = static_cast<U*>(out.raw_data());
+    internal::with_inner_steps(plan, [&](auto sc, auto sa, auto sb) {
+      constexpr int64_t SC = decltype(sc)::value, SA = decltype(sa)::value,
+                        SB = decltype(sb)::value;
+      plan.for_each_run([&](int64_t o, const std::array<int64_t, 3>& in) {
+        const bool* __restrict c = pc + in[0];
+        const U* __restrict x = pa + in[1];
+        const U* __restrict y = pb + in[2];
+        U* __restrict z = po + o;
+        for (int64_t i = 0; i < n; ++i) z[i] = c[i * SC] ? x[i * SA] : y[i * SB];
+      });
+    });
+  });
+  return out;
+}
+
+Tensor broadcast_to(const Tensor& x, const Shape& shape) {
+  validate_shape(shape, "broadcast_to");
+  if (!internal::broadcasts_to(x.shape(), shape)) {
+    throw_error<ShapeError>("broadcast_to", "cannot broadcast {} to {}", describe(x),
+                            shape_to_string(shape));
+  }
+  Tensor out = Tensor::empty(shape, x.dtype(), x.device());
+  BroadcastPlan<1> plan(shape, {&x.shape()});
+  const int64_t n = plan.inner();
+  const size_t esize = dtype_size(x.dtype());
+  const char* src = static_cast<const char*>(x.raw_data());
+  char* dst = static_cast<char*>(out.raw_data());
+  if (plan.inner_step(0) == 1) {
+    plan.for_each_run([&](int64_t o, const std::array<int64_t, 1>& in) {
+      std::memcpy(dst + o * esize, src + in[0] * esize, static_cast<size_t>(n) * esize);
+    });
+    return out;
+  }
+  internal::visit_element_size(esize, [&](auto tag) {
+    using U = decltype(tag);
+    plan.for_each_run([&](int64_t o, const std::array<int64_t, 1>& in) {
+      const U v = static_cast<const U*>(x.raw_data())[in[0]];
+      U* __restrict z = static_cast<U*>(out.raw_data()) + o;
+      for (int64_t i = 0; i < n; ++i) z[i] = v;
+    });
+  });
+  return out;
+}
+
+}  // namespace dtensor::kernels

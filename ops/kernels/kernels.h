@@ -1,0 +1,212 @@
+// Local CPU kernels: the single-device computations that the SPMD op layer runs on every shard.
+//
+// Contract, common to every function here:
+// - Inputs are dense row-major Tensors; outputs are new Tensors from the buffer pool
+//   (Tensor::empty) tagged with the device of the first tensor argument. No function writes to its
+//   inputs, except matmul_accumulate, which adds into `out` in place.
+// - Dtypes: f32 and f64 everywhere a float makes sense; bf16 is computed in f32 and rounded to
+//   nearest even on output; i32 and i64 where the op is meaningful on integers (integer arithmetic
+//   wraps around like unsigned arithmetic, and integer division truncates toward zero); bool for
+//   comparison results, where's condition, logical ops, max/min reductions and cast. Floating
+//   max/min (binary and reductions) propagate NaN.
+// - Errors: user mistakes throw dtensor::Error subclasses whose message starts with "[<op>] " and
+//   names the shapes and dtypes involved, e.g. "[matmul] inner dims differ: f32[2,3] x f32[4,5]".
+//   ShapeError for shapes that do not fit together, DTypeError for unsupported or mismatched
+//   dtypes, InvalidArgumentError for bad axes, indices, labels and other values.
+// - Threading: every kernel is single-threaded and stateless, so different threads may run kernels
+//   on different tensors concurrently. The exception is matmul (and dense), which runs inside
+//   OpenBLAS and uses its thread pool; OpenBLAS's thread count is process-global (OpenBLAS 0.3.21),
+//   so set it with set_blas_threads (or MatmulOptions::blas_threads, all devices agreeing on the
+//   value) before running devices in parallel.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace dtensor::kernels {
+
+// ---- Elementwise -----------------------------------------------------------------------------
+
+enum class UnaryOp {
+  kNeg,
+  kAbs,
+  kExp,
+  kLog,
+  kSqrt,
+  kRsqrt,
+  kSquare,
+  kRelu,
+  kSigmoid,
+  kTanh,
+  kGelu,      // tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  kReluGrad,  // 1 if x > 0 else 0, in x's dtype
+  kSign,      // -1, 0 or 1 (NaN stays NaN)
+};
+// "neg", "abs", ..., "relu_grad", "sign": the name used in error messages.
+std::string_view unary_op_name(UnaryOp op);
+
+// f32/f64/bf16 for every op; i32/i64 for neg, abs, square, relu, relu_grad and sign.
+Tensor unary(UnaryOp op, const Tensor& x);
+
+enum class BinaryOp {
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
+  kMaximum,
+  kMinimum,
+  kEqual,
+  kNotEqual,
+  kLess,
+  kLessEqual,
+  kGreater,
+  kGreaterEqual,
+  kLogicalAnd,
+  kLogicalOr,
+};
+// "add", "sub", "mul", "div", "pow", "maximum", "minimum", "equal", "not_equal", "less",
+// "less_equal", "greater", "greater_equal", "logical_and", "logical_or".
+std::string_view binary_op_name(BinaryOp op);
+
+// NumPy broadcasting; both operands must have the same dtype (DTypeError otherwise).
+// Arithmetic (add, sub, mul, div, maximum, minimum): f32, f64, bf16, i32, i64; integer division by
+// zero throws InvalidArgumentError. pow: f32, f64, bf16. Comparisons: every dtype but bool, plus
+// bool for equal/not_equal; they return bool. Logical ops: bool only.
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
+
+// The NumPy broadcast of two shapes; ShapeError naming `op` if they are incompatible.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+
+// alpha * x in x's dtype (f32, f64, bf16; alpha is rounded to the dtype first).
+Tensor scale(const Tensor& x, double alpha);
+
+// cond ? a : b elementwise, broadcasting all three; cond must be bool, a and b of one dtype.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+// Converts every element. Float to integer truncates toward zero and saturates (NaN gives 0);
+// anything to bool is x != 0; bool to anything is 0 or 1; to bf16 rounds to nearest even.
+Tensor cast(const Tensor& x, DType dtype);
+
+// Broadcasts x to `shape` (NumPy rules: x's dims, right-aligned, must be 1 or equal).
+Tensor broadcast_to(const Tensor& x, const Shape& shape);
+
+// Sums x down to `shape`, which must broadcast to x's shape: the adjoint of broadcast_to.
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// ---- Matmul ----------------------------------------------------------------------------------
+
+struct MatmulOptions {
+  bool transpose_a = false;  // a holds [..., k, m]
+  bool transpose_b = false;  // b holds [..., n, k]
+  int blas_threads = 0;      // > 0: set_blas_threads(blas_threads) first; 0: leave the setting
+};
+
+// [m,k] x [k,n] -> [m,n], and batched [...,m,k] x [...,k,n] -> [...,m,n] with the batch dims
+// broadcast (a 2-D operand broadcasts over the other's batch). f32/f64 through cblas_sgemm /
+// cblas_dgemm, bf16 through f32, i32/i64 through a blocked loop (wrapping).
+Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options = {});
+
+// out += a x b, in place (gemm with beta = 1), to fuse partial sums. `out` must be f32 or f64
+// with exactly the shape matmul would return, must not share storage with a or b, and a and b
+// must have out's dtype (or be bf16 when out is f32: mixed precision accumulation). Writes to
+// out's storage even if other Tensor handles share it.
+void matmul_accumulate(const Tensor& a, const Tensor& b, Tensor& out,
+                       const MatmulOptions& options = {});
+
+// Sets OpenBLAS's thread count (n >= 1) if it differs from the last value set through this
+// function. The setting is process-global: callers set it before running devices in parallel, and
+// concurrent matmuls must agree on it.
+void set_blas_threads(int n);
+
+// Fused y = activation(x @ w + bias): matmul's shapes and options, bias of shape [n] broadcast
+// along the rows (added by the gemm itself for f32/f64, with beta = 1), then the activation in
+// place. bias may be null and activation empty.
+Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
+             std::optional<UnaryOp> activation, const MatmulOptions& options = {});
+
+// ---- Reductions ------------------------------------------------------------------------------
+
+enum class ReduceKind { kSum, kMean, kMax, kMin, kProd };
+// "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod".
+std::string_view reduce_kind_name(ReduceKind kind);
+
+// Reduces `axes` (negative counts from the end; empty means all axes; duplicates or out-of-range
+// axes throw InvalidArgumentError). Float sums, means and products accumulate in f64. Integer
+// results wrap; the mean of integers truncates toward zero. bool supports max (any) and min (all).
+// An empty reduction gives sum 0, prod 1, max -inf (integers: lowest), min +inf (integers: max),
+// mean NaN (integers: 0).
+Tensor reduce(ReduceKind kind, const Tensor& x, const std::vector<int64_t>& axes, bool keepdims);
+
+// Index of the largest (smallest) element along `axis`, as i64; the first one on ties, the first
+// NaN if any. The axis must not be empty (InvalidArgumentError). Not for bool.
+Tensor argmax(const Tensor& x, int64_t axis, bool keepdims);
+Tensor argmin(const Tensor& x, int64_t axis, bool keepdims);
+
+// ---- Neural-network ops (f32, f64, bf16 through f32) -----------------------------------------
+
+// exp(x - max) / sum(exp(x - max)) along `axis`.
+Tensor softmax(const Tensor& x, int64_t axis);
+Tensor log_softmax(const Tensor& x, int64_t axis);
+// log(sum(exp(x))) along axis, stable; -inf for an empty axis.
+Tensor logsumexp(const Tensor& x, int64_t axis, bool keepdims);
+
+// Per-example loss -log_softmax(logits)[label] for logits [..., C] and i32/i64 labels [...].
+// Labels outside [0, C) throw InvalidArgumentError naming the label and its position.
+Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& labels);
+// Gradient w.r.t. logits given the upstream gradient of the per-example loss (shape of labels,
+// dtype of logits): (softmax(logits) - one_hot(labels)) * grad[..., None].
+Tensor sparse_softmax_cross_entropy_grad(const Tensor& logits, const Tensor& labels,
+                                         const Tensor& grad);
+
+// indices (i32/i64) [...] -> [..., depth] of `dtype`, `on` at the index and `off` elsewhere;
+// out-of-range indices give rows of `off` (TF semantics). depth >= 0.
+Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype, double on = 1.0,
+               double off = 0.0);
+
+// y = (x - mean) / sqrt(var + eps) * gamma + beta over the last axis (biased variance), with
+// gamma and beta of shape [D]. mean and rstd have shape [..., 1] and x's dtype (f32 for bf16).
+struct LayerNormResult {
+  Tensor y, mean, rstd;
+};
+LayerNormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps);
+
+struct LayerNormGrad {
+  Tensor dx, dgamma, dbeta;
+};
+LayerNormGrad layer_norm_grad(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                              const Tensor& mean, const Tensor& rstd);
+
+// ---- Data movement (every dtype) -------------------------------------------------------------
+
+// out.shape[i] = x.shape[perm[i]]; perm must be a permutation of 0..rank-1.
+Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm);
+
+// Joins tensors of one dtype and rank along `axis` (negative counts from the end); the other dims
+// must agree.
+Tensor concat(const std::vector<Tensor>& xs, int64_t axis);
+
+// The box at `begin` of extent `size`; a size of -1 extends to the end of the dim.
+Tensor slice(const Tensor& x, const std::vector<int64_t>& begin, const Shape& size);
+
+// Takes rows of `params` along `axis` at i32/i64 `indices` (like tf.gather / jnp.take):
+// out.shape = params.shape[:axis] + indices.shape + params.shape[axis+1:]. Indices outside
+// [0, params.shape[axis]) throw InvalidArgumentError.
+Tensor gather(const Tensor& params, const Tensor& indices, int64_t axis);
+
+// Pads each dim with (before, after) elements of `value` (converted to x's dtype); paddings are
+// non-negative. The adjoint of slice.
+Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& paddings,
+           double value = 0.0);
+
+// A zero tensor of `shape` and updates' dtype with `updates` added at `indices` along `axis`:
+// updates.shape = shape[:axis] + indices.shape + shape[axis+1:]. The adjoint of gather;
+// repeated indices accumulate. Not for bool.
+Tensor scatter_add(const Shape& shape, const Tensor& indices, const Tensor& updates, int64_t axis);
+
+}  // namespace dtensor::kernels

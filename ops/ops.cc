@@ -1,0 +1,903 @@
+#include "ops/ops.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "dtensor/creation.h"
+#include "dtensor/relayout.h"
+#include "ops/autograd.h"
+#include "ops/expand.h"
+#include "ops/kernels/kernels.h"
+#include "ops/sharding.h"
+
+namespace dtensor {
+namespace {
+
+using kernels::BinaryOp;
+using kernels::UnaryOp;
+
+std::vector<int> iota_letters(int64_t n, int start = 0) {
+  std::vector<int> letters(static_cast<size_t>(n));
+  std::iota(letters.begin(), letters.end(), start);
+  return letters;
+}
+
+int64_t normalize_axis(int64_t axis, int64_t rank, const char* op, const DTensor& x) {
+  if (axis < -rank || axis >= std::max<int64_t>(rank, 1)) {
+    throw_error<InvalidArgumentError>(op, "axis {} is out of range for {}", axis, x.short_string());
+  }
+  return axis < 0 ? axis + rank : axis;
+}
+
+// Decides the layouts, relayouts the inputs and runs `kernel` on every shard.
+DTensor expand(const OpSignature& sig, const std::vector<const DTensor*>& inputs,
+               const Shape& out_shape, DType out_dtype, double work, const LocalKernel& kernel) {
+  check_same_mesh(sig.op.c_str(), inputs);
+  auto decision = decide_sharding(sig, inputs);
+  // Only inputs whose layout changes are copied.
+  std::vector<DTensor> moved;
+  moved.reserve(inputs.size());
+  std::vector<const DTensor*> ready(inputs.begin(), inputs.end());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i]->layout() == decision->inputs[i]) continue;
+    moved.push_back(relayout(*inputs[i], decision->inputs[i]));
+    ready[i] = &moved.back();
+  }
+  return run_local(ready, decision->output, out_shape, out_dtype, work, kernel);
+}
+
+DTensor unary_op(const char* name, UnaryOp op, const DTensor& x, bool linear = false) {
+  OpSignature sig{name,
+                  {{iota_letters(x.rank()), linear}},
+                  iota_letters(x.rank()),
+                  linear ? Linearity::kMultilinear : Linearity::kNone};
+  return expand(sig, {&x}, x.shape(), x.dtype(), static_cast<double>(x.num_elements()),
+                [op](const Shards& s) { return kernels::unary(op, s[0]); });
+}
+
+// Letters for an operand of `shape` broadcast to `out` (aligned at the right).
+OperandDims broadcast_operand(const Shape& shape, const Shape& out, bool linear) {
+  OperandDims dims{{}, linear};
+  const size_t offset = out.size() - shape.size();
+  for (size_t j = 0; j < shape.size(); ++j) {
+    bool broadcast = shape[j] == 1 && out[offset + j] != 1;
+    dims.letters.push_back(broadcast ? kBroadcastDim : static_cast<int>(offset + j));
+  }
+  return dims;
+}
+
+void check_same_dtype(const char* op, const DTensor& a, const DTensor& b) {
+  if (a.dtype() != b.dtype()) {
+    throw_error<DTypeError>(op, "dtypes differ: {} and {}", a.short_string(), b.short_string());
+  }
+}
+
+Shape broadcast_shapes(const char* op, const Shape& x, const Shape& y, const DTensor& a,
+                       const DTensor& b) {
+  Shape out(std::max(x.size(), y.size()), 1);
+  for (size_t i = 0; i < out.size(); ++i) {
+    int64_t dx = i < out.size() - x.size() ? 1 : x[i - (out.size() - x.size())];
+    int64_t dy = i < out.size() - y.size() ? 1 : y[i - (out.size() - y.size())];
+    if (dx != dy && dx != 1 && dy != 1) {
+      throw_error<ShapeError>(op, "shapes do not broadcast: {} and {}", a.short_string(),
+                              b.short_string());
+    }
+    out[i] = dx == 1 ? dy : dx;
+  }
+  return out;
+}
+
+Shape broadcast_shape(const char* op, const DTensor& a, const DTensor& b) {
+  return broadcast_shapes(op, a.shape(), b.shape(), a, b);
+}
+
+DTensor binary_op(const char* name, BinaryOp op, const DTensor& a, const DTensor& b,
+                  Linearity linearity = Linearity::kNone, bool a_linear = false,
+                  bool b_linear = false) {
+  check_same_mesh(name, {&a, &b});
+  check_same_dtype(name, a, b);
+  Shape out = broadcast_shape(name, a, b);
+  OpSignature sig{
+      name,
+      {broadcast_operand(a.shape(), out, a_linear), broadcast_operand(b.shape(), out, b_linear)},
+      iota_letters(static_cast<int64_t>(out.size())),
+      linearity};
+  const bool comparison = op >= BinaryOp::kEqual && op <= BinaryOp::kGreaterEqual;
+  return expand(sig, {&a, &b}, out, comparison ? DType::kBool : a.dtype(),
+                static_cast<double>(num_elements(out)),
+                [op](const Shards& s) { return kernels::binary(op, s[0], s[1]); });
+}
+
+std::vector<int64_t> normalize_axes(std::vector<int64_t> axes, const DTensor& x, const char* op) {
+  if (axes.empty()) {
+    axes.resize(static_cast<size_t>(x.rank()));
+    std::iota(axes.begin(), axes.end(), 0);
+  }
+  for (int64_t& a : axes) a = normalize_axis(a, x.rank(), op, x);
+  std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) {
+    throw_error<InvalidArgumentError>(op, "repeated axis in reduction of {}", x.short_string());
+  }
+  return axes;
+}
+
+Shape reduced_shape(const Shape& shape, const std::vector<int64_t>& axes, bool keepdims) {
+  Shape out;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    bool reduced = std::binary_search(axes.begin(), axes.end(), d);
+    if (!reduced)
+      out.push_back(shape[d]);
+    else if (keepdims)
+      out.push_back(1);
+  }
+  return out;
+}
+
+std::vector<int> reduced_letters(int64_t rank, const std::vector<int64_t>& axes, bool keepdims) {
+  std::vector<int> letters;
+  for (int64_t d = 0; d < rank; ++d) {
+    bool reduced = std::binary_search(axes.begin(), axes.end(), d);
+    if (!reduced)
+      letters.push_back(static_cast<int>(d));
+    else if (keepdims)
+      letters.push_back(kBroadcastDim);
+  }
+  return letters;
+}
+
+std::string axes_key(const char* op, const std::vector<int64_t>& axes, bool keepdims) {
+  std::string key = op;
+  for (int64_t a : axes) key += "," + std::to_string(a);
+  return key + (keepdims ? ",k" : "");
+}
+
+// `x` with the given tensor dims unsharded and no partial dims.
+DTensor unshard_axes(const DTensor& x, const std::vector<int64_t>& axes) {
+  Layout l = x.layout().without_partial();
+  for (int64_t a : axes) l = l.with_spec(a, Layout::kUnsharded);
+  return relayout(x, l);
+}
+
+DTensor reduce_op(const char* name, kernels::ReduceKind kind, const DTensor& x,
+                  std::vector<int64_t> axes, bool keepdims) {
+  axes = normalize_axes(std::move(axes), x, name);
+  const bool is_mean = kind == kernels::ReduceKind::kMean;
+  const bool sum_like = kind == kernels::ReduceKind::kSum || is_mean;
+  // Integer means truncate, so they cannot be split into partial terms: reduce whole axes.
+  const DTensor in = is_mean && !is_floating(x.dtype()) ? unshard_axes(x, axes) : x;
+  OpSignature sig{axes_key(name, axes, keepdims),
+                  {{iota_letters(x.rank()), sum_like}},
+                  reduced_letters(x.rank(), axes, keepdims),
+                  sum_like ? Linearity::kMultilinear : Linearity::kNone,
+                  kind == kernels::ReduceKind::kMax   ? ReduceOp::kMax
+                  : kind == kernels::ReduceKind::kMin ? ReduceOp::kMin
+                                                      : ReduceOp::kSum};
+  double count = 1;
+  for (int64_t a : axes) count *= static_cast<double>(x.shape()[a]);
+  const bool float_mean = is_mean && is_floating(x.dtype());
+  return expand(sig, {&in}, reduced_shape(x.shape(), axes, keepdims), x.dtype(),
+                static_cast<double>(x.num_elements()), [=](const Shards& s) {
+                  if (float_mean) {
+                    // Sum locally, divide by the global count: exact for partial and uneven shards.
+                    return kernels::scale(
+                        kernels::reduce(kernels::ReduceKind::kSum, s[0], axes, keepdims),
+                        1.0 / count);
+                  }
+                  return kernels::reduce(kind, s[0], axes, keepdims);
+                });
+}
+
+}  // namespace
+
+DTensor fwd_neg(const DTensor& x) { return unary_op("neg", UnaryOp::kNeg, x, /*linear=*/true); }
+DTensor fwd_abs(const DTensor& x) { return unary_op("abs", UnaryOp::kAbs, x); }
+DTensor fwd_exp(const DTensor& x) { return unary_op("exp", UnaryOp::kExp, x); }
+DTensor fwd_log(const DTensor& x) { return unary_op("log", UnaryOp::kLog, x); }
+DTensor fwd_sqrt(const DTensor& x) { return unary_op("sqrt", UnaryOp::kSqrt, x); }
+DTensor fwd_rsqrt(const DTensor& x) { return unary_op("rsqrt", UnaryOp::kRsqrt, x); }
+DTensor fwd_square(const DTensor& x) { return unary_op("square", UnaryOp::kSquare, x); }
+DTensor fwd_relu(const DTensor& x) { return unary_op("relu", UnaryOp::kRelu, x); }
+DTensor fwd_sigmoid(const DTensor& x) { return unary_op("sigmoid", UnaryOp::kSigmoid, x); }
+DTensor fwd_tanh(const DTensor& x) { return unary_op("tanh", UnaryOp::kTanh, x); }
+DTensor fwd_gelu(const DTensor& x) { return unary_op("gelu", UnaryOp::kGelu, x); }
+
+DTensor fwd_scale(const DTensor& x, double alpha) {
+  OpSignature sig{
+      "scale", {{iota_letters(x.rank()), true}}, iota_letters(x.rank()), Linearity::kMultilinear};
+  return expand(sig, {&x}, x.shape(), x.dtype(), static_cast<double>(x.num_elements()),
+                [alpha](const Shards& s) { return kernels::scale(s[0], alpha); });
+}
+
+DTensor fwd_add(const DTensor& a, const DTensor& b) {
+  return binary_op("add", BinaryOp::kAdd, a, b, Linearity::kAdditive);
+}
+DTensor fwd_sub(const DTensor& a, const DTensor& b) {
+  return binary_op("sub", BinaryOp::kSub, a, b, Linearity::kAdditive);
+}
+DTensor fwd_mul(const DTensor& a, const DTensor& b) {
+  return binary_op("mul", BinaryOp::kMul, a, b, Linearity::kMultilinear, true, true);
+}
+DTensor fwd_div(const DTensor& a, const DTensor& b) {
+  return binary_op("div", BinaryOp::kDiv, a, b, Linearity::kMultilinear, true, false);
+}
+DTensor fwd_pow(const DTensor& a, const DTensor& b) {
+  return binary_op("pow", BinaryOp::kPow, a, b);
+}
+DTensor fwd_maximum(const DTensor& a, const DTensor& b) {
+  return binary_op("maximum", BinaryOp::kMaximum, a, b);
+}
+DTensor fwd_minimum(const DTensor& a, const DTensor& b) {
+  return binary_op("minimum", BinaryOp::kMinimum, a, b);
+}
+DTensor equal(const DTensor& a, const DTensor& b) {
+  return binary_op("equal", BinaryOp::kEqual, a, b);
+}
+DTensor not_equal(const DTensor& a, const DTensor& b) {
+  return binary_op("not_equal", BinaryOp::kNotEqual, a, b);
+}
+DTensor less(const DTensor& a, const DTensor& b) {
+  return binary_op("less", BinaryOp::kLess, a, b);
+}
+DTensor less_equal(const DTensor& a, const DTensor& b) {
+  return binary_op("less_equal", BinaryOp::kLessEqual, a, b);
+}
+DTensor greater(const DTensor& a, const DTensor& b) {
+  return binary_op("greater", BinaryOp::kGreater, a, b);
+}
+DTensor greater_equal(const DTensor& a, const DTensor& b) {
+  return binary_op("greater_equal", BinaryOp::kGreaterEqual, a, b);
+}
+
+DTensor fwd_where(const DTensor& cond, const DTensor& a, const DTensor& b) {
+  check_same_mesh("where", {&cond, &a, &b});
+  check_same_dtype("where", a, b);
+  if (cond.dtype() != DType::kBool) {
+    throw_error<DTypeError>("where", "condition {} must be bool", cond.short_string());
+  }
+  Shape out = broadcast_shape("where", a, b);
+  out = broadcast_shapes("where", cond.shape(), out, cond, a);
+  OpSignature sig{
+      "where",
+      {broadcast_operand(cond.shape(), out, false), broadcast_operand(a.shape(), out, false),
+       broadcast_operand(b.shape(), out, false)},
+      iota_letters(static_cast<int64_t>(out.size()))};
+  return expand(sig, {&cond, &a, &b}, out, a.dtype(), static_cast<double>(num_elements(out)),
+                [](const Shards& s) { return kernels::where(s[0], s[1], s[2]); });
+}
+
+DTensor fwd_cast(const DTensor& x, DType dtype) {
+  if (dtype == x.dtype()) return x;
+  OpSignature sig{std::string("cast:") + std::string(dtype_name(dtype)),
+                  {{iota_letters(x.rank()), false}},
+                  iota_letters(x.rank())};
+  return expand(sig, {&x}, x.shape(), dtype, static_cast<double>(x.num_elements()),
+                [dtype](const Shards& s) { return kernels::cast(s[0], dtype); });
+}
+
+DTensor fwd_matmul(const DTensor& a, const DTensor& b, bool transpose_a, bool transpose_b) {
+  check_same_mesh("matmul", {&a, &b});
+  check_same_dtype("matmul", a, b);
+  if (a.rank() < 2 || b.rank() < 2) {
+    throw_error<ShapeError>("matmul", "operands need rank >= 2: {} x {}", a.short_string(),
+                            b.short_string());
+  }
+  const int64_t ra = a.rank(), rb = b.rank();
+  const int64_t m = a.shape()[ra - (transpose_a ? 1 : 2)];
+  const int64_t ka = a.shape()[ra - (transpose_a ? 2 : 1)];
+  const int64_t kb = b.shape()[rb - (transpose_b ? 1 : 2)];
+  const int64_t n = b.shape()[rb - (transpose_b ? 2 : 1)];
+  if (ka != kb) {
+    throw_error<ShapeError>("matmul", "contraction dims differ ({} vs {}): {}{} x {}{}", ka, kb,
+                            a.short_string(), transpose_a ? "^T" : "", b.short_string(),
+                            transpose_b ? "^T" : "");
+  }
+  // Batch dims broadcast like elementwise dims.
+  Shape batch_a(a.shape().begin(), a.shape().end() - 2);
+  Shape batch_b(b.shape().begin(), b.shape().end() - 2);
+  Shape batch(std::max(batch_a.size(), batch_b.size()), 1);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    int64_t da =
+        i < batch.size() - batch_a.size() ? 1 : batch_a[i - (batch.size() - batch_a.size())];
+    int64_t db =
+        i < batch.size() - batch_b.size() ? 1 : batch_b[i - (batch.size() - batch_b.size())];
+    if (da != db && da != 1 && db != 1) {
+      throw_error<ShapeError>("matmul", "batch dims do not broadcast: {} x {}", a.short_string(),
+                              b.short_string());
+    }
+    batch[i] = da == 1 ? db : da;
+  }
+  const int nb = static_cast<int>(batch.size());
+  const int lm = nb, ln = nb + 1, lk = nb + 2;
+  OperandDims da = broadcast_operand(batch_a, batch, true);
+  OperandDims db = broadcast_operand(batch_b, batch, true);
+  if (transpose_a)
+    da.letters.insert(da.letters.end(), {lk, lm});
+  else
+    da.letters.insert(da.letters.end(), {lm, lk});
+  if (transpose_b)
+    db.letters.insert(db.letters.end(), {ln, lk});
+  else
+    db.letters.insert(db.letters.end(), {lk, ln});
+  std::vector<int> out_letters = iota_letters(nb);
+  out_letters.push_back(lm);
+  out_letters.push_back(ln);
+  Shape out = batch;
+  out.push_back(m);
+  out.push_back(n);
+  OpSignature sig{std::string("matmul") + (transpose_a ? "T" : "N") + (transpose_b ? "T" : "N"),
+                  {da, db},
+                  out_letters,
+                  Linearity::kMultilinear};
+  const double flops = 2.0 * static_cast<double>(num_elements(batch)) * m * n * ka;
+  return expand(sig, {&a, &b}, out, a.dtype(), flops, [=](const Shards& s) {
+    return kernels::matmul(s[0], s[1], {transpose_a, transpose_b, local_blas_threads()});
+  });
+}
+
+DTensor fwd_reduce_sum(const DTensor& x, std::vector<int64_t> axes, bool keepdims) {
+  return reduce_op("reduce_sum", kernels::ReduceKind::kSum, x, std::move(axes), keepdims);
+}
+DTensor fwd_reduce_mean(const DTensor& x, std::vector<int64_t> axes, bool keepdims) {
+  return reduce_op("reduce_mean", kernels::ReduceKind::kMean, x, std::move(axes), keepdims);
+}
+DTensor fwd_reduce_max(const DTensor& x, std::vector<int64_t> axes, bool keepdims) {
+  return reduce_op("reduce_max", kernels::ReduceKind::kMax, x, std::move(axes), keepdims);
+}
+DTensor fwd_reduce_min(const DTensor& x, std::vector<int64_t> axes, bool keepdims) {
+  return reduce_op("reduce_min", kernels::ReduceKind::kMin, x, std::move(axes), keepdims);
+}
+
+DTensor argmax(const DTensor& x, int64_t axis, bool keepdims) {
+  axis = normalize_axis(axis, x.rank(), "argmax", x);
+  // The winning index is global, so the axis is brought whole onto each device.
+  DTensor in = unshard_axes(x, {axis});
+  OpSignature sig{axes_key("argmax", {axis}, keepdims),
+                  {{iota_letters(x.rank()), false}},
+                  reduced_letters(x.rank(), {axis}, keepdims)};
+  return expand(sig, {&in}, reduced_shape(x.shape(), {axis}, keepdims), DType::kI64,
+                static_cast<double>(x.num_elements()),
+                [=](const Shards& s) { return kernels::argmax(s[0], axis, keepdims); });
+}
+
+namespace {
+
+// Local softmax-family kernel along an unsharded axis.
+DTensor along_axis(const char* name, const DTensor& x, int64_t axis, bool keepdims_out,
+                   bool drops_axis, Tensor (*kernel)(const Tensor&, int64_t, bool)) {
+  OpSignature sig{
+      axes_key(name, {axis}, keepdims_out),
+      {{iota_letters(x.rank()), false}},
+      drops_axis ? reduced_letters(x.rank(), {axis}, keepdims_out) : iota_letters(x.rank())};
+  Shape out = drops_axis ? reduced_shape(x.shape(), {axis}, keepdims_out) : x.shape();
+  return expand(sig, {&x}, out, x.dtype(), 4.0 * static_cast<double>(x.num_elements()),
+                [=](const Shards& s) { return kernel(s[0], axis, keepdims_out); });
+}
+
+Tensor softmax_kernel(const Tensor& x, int64_t axis, bool) { return kernels::softmax(x, axis); }
+Tensor log_softmax_kernel(const Tensor& x, int64_t axis, bool) {
+  return kernels::log_softmax(x, axis);
+}
+Tensor logsumexp_kernel(const Tensor& x, int64_t axis, bool keepdims) {
+  return kernels::logsumexp(x, axis, keepdims);
+}
+
+bool axis_sharded(const DTensor& x, int64_t axis) { return x.layout().is_sharded(axis); }
+
+// Stable pieces over a sharded axis: shifted = x - max(x), sum of exp(shifted). Two small
+// all-reduces ([..., 1] each) instead of gathering the axis.
+std::pair<DTensor, DTensor> shifted_and_sum(const DTensor& x, int64_t axis) {
+  DTensor shifted = sub(x, reduce_max(x, {axis}, true));
+  DTensor sum = reduce_sum(exp(shifted), {axis}, true);
+  return {shifted, sum};
+}
+
+}  // namespace
+
+DTensor fwd_softmax(const DTensor& x, int64_t axis) {
+  axis = normalize_axis(axis, x.rank(), "softmax", x);
+  if (!axis_sharded(x, axis)) return along_axis("softmax", x, axis, false, false, softmax_kernel);
+  DTensor shifted = sub(x, reduce_max(x, {axis}, true));
+  DTensor e = exp(shifted);
+  return div(e, reduce_sum(e, {axis}, true));
+}
+
+DTensor fwd_log_softmax(const DTensor& x, int64_t axis) {
+  axis = normalize_axis(axis, x.rank(), "log_softmax", x);
+  if (!axis_sharded(x, axis)) {
+    return along_axis("log_softmax", x, axis, false, false, log_softmax_kernel);
+  }
+  auto [shifted, sum] = shifted_and_sum(x, axis);
+  return sub(shifted, log(sum));
+}
+
+DTensor fwd_logsumexp(const DTensor& x, int64_t axis, bool keepdims) {
+  axis = normalize_axis(axis, x.rank(), "logsumexp", x);
+  if (!axis_sharded(x, axis)) {
+    return along_axis("logsumexp", x, axis, keepdims, true, logsumexp_kernel);
+  }
+  DTensor max = reduce_max(x, {axis}, true);
+  max = relayout(max, max.layout().without_partial());  // reduced once, used twice
+  DTensor lse = add(max, log(reduce_sum(exp(sub(x, max)), {axis}, true)));
+  return keepdims ? lse : reshape(lse, reduced_shape(x.shape(), {axis}, false));
+}
+
+DTensor fwd_sparse_softmax_cross_entropy(const DTensor& logits, const DTensor& labels) {
+  check_same_mesh("sparse_softmax_cross_entropy", {&logits, &labels});
+  if (logits.rank() < 1 ||
+      labels.shape() != Shape(logits.shape().begin(), logits.shape().end() - 1)) {
+    throw_error<ShapeError>("sparse_softmax_cross_entropy",
+                            "labels {} must have the shape of logits {} without the class dim",
+                            labels.short_string(), logits.short_string());
+  }
+  if (labels.dtype() != DType::kI32 && labels.dtype() != DType::kI64) {
+    throw_error<DTypeError>("sparse_softmax_cross_entropy", "labels {} must be i32 or i64",
+                            labels.short_string());
+  }
+  const int64_t axis = logits.rank() - 1;
+  if (axis_sharded(logits, axis)) {
+    // Class dim sharded: logsumexp minus the picked logit, each from sharded pieces.
+    DTensor picked = reduce_sum(mul(one_hot(labels, logits.shape()[axis], logits.dtype()), logits),
+                                {axis}, false);
+    return sub(logsumexp(logits, axis, false), picked);
+  }
+  std::vector<int> label_letters = iota_letters(logits.rank() - 1);
+  OpSignature sig{"sparse_softmax_cross_entropy",
+                  {{iota_letters(logits.rank()), false}, {label_letters, false}},
+                  label_letters};
+  return expand(sig, {&logits, &labels}, labels.shape(), logits.dtype(),
+                4.0 * static_cast<double>(logits.num_elements()),
+                [](const Shards& s) { return kernels::sparse_softmax_cross_entropy(s[0], s[1]); });
+}
+
+DTensor one_hot(const DTensor& indices, int64_t depth, DType dtype) {
+  if (indices.dtype() != DType::kI32 && indices.dtype() != DType::kI64) {
+    throw_error<DTypeError>("one_hot", "indices {} must be i32 or i64", indices.short_string());
+  }
+  if (depth < 0) throw_error<InvalidArgumentError>("one_hot", "negative depth {}", depth);
+  std::vector<int> out_letters = iota_letters(indices.rank());
+  out_letters.push_back(kBroadcastDim);
+  Shape out = indices.shape();
+  out.push_back(depth);
+  OpSignature sig{"one_hot:" + std::to_string(depth) + std::string(dtype_name(dtype)),
+                  {{iota_letters(indices.rank()), false}},
+                  out_letters};
+  return expand(sig, {&indices}, out, dtype, static_cast<double>(num_elements(out)),
+                [=](const Shards& s) { return kernels::one_hot(s[0], depth, dtype); });
+}
+
+DTensor fwd_reshape(const DTensor& x, const Shape& shape) {
+  Shape target = shape;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (target[i] == -1 && infer < 0)
+      infer = static_cast<int64_t>(i);
+    else
+      known *= target[i];
+  }
+  if (infer >= 0 && known > 0) target[infer] = x.num_elements() / known;
+  if (num_elements(target) != x.num_elements() ||
+      std::any_of(target.begin(), target.end(), [](int64_t d) { return d < 0; })) {
+    throw_error<ShapeError>("reshape", "cannot reshape {} to {}", x.short_string(),
+                            shape_to_string(shape));
+  }
+  // A sharded dim keeps its sharding when every dim up to it is unchanged; others are gathered.
+  Layout in_layout = x.layout();
+  std::vector<std::string> out_specs(target.size(), Layout::kUnsharded);
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    if (!in_layout.is_sharded(d)) continue;
+    bool prefix_same = d < static_cast<int64_t>(target.size());
+    for (int64_t e = 0; prefix_same && e <= d; ++e) prefix_same = x.shape()[e] == target[e];
+    if (prefix_same)
+      out_specs[d] = in_layout.spec(d);
+    else
+      in_layout = in_layout.with_spec(d, Layout::kUnsharded);
+  }
+  DTensor in = relayout(x, in_layout);
+  Layout out_layout(out_specs, x.mesh(), in_layout.partial());
+  std::vector<Tensor> shards;
+  for (size_t i = 0; i < in.shards().size(); ++i) {
+    shards.push_back(in.shard(static_cast<int64_t>(i))
+                         .reshaped(out_layout.shard_shape(target, x.mesh().local_device_ids()[i])));
+  }
+  return DTensor::from_trusted_shards(target, x.dtype(), out_layout, std::move(shards));
+}
+
+DTensor fwd_transpose(const DTensor& x, std::vector<int64_t> perm) {
+  if (perm.empty()) {
+    for (int64_t d = x.rank() - 1; d >= 0; --d) perm.push_back(d);
+  }
+  std::vector<int64_t> sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int64_t> identity(static_cast<size_t>(x.rank()));
+  std::iota(identity.begin(), identity.end(), 0);
+  if (sorted != identity) {
+    throw_error<InvalidArgumentError>("transpose", "[{}] is not a permutation of the dims of {}",
+                                      fmt::join(perm, ","), x.short_string());
+  }
+  std::vector<int> in_letters = iota_letters(x.rank());
+  std::vector<int> out_letters;
+  Shape out;
+  std::string key = "transpose";
+  for (int64_t p : perm) {
+    out_letters.push_back(static_cast<int>(p));
+    out.push_back(x.shape()[p]);
+    key += "," + std::to_string(p);
+  }
+  OpSignature sig{key, {{in_letters, true}}, out_letters, Linearity::kMultilinear};
+  return expand(sig, {&x}, out, x.dtype(), static_cast<double>(x.num_elements()),
+                [perm](const Shards& s) { return kernels::transpose(s[0], perm); });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Public ops: the forward expansion, recorded with its vector-Jacobian product when a tape is
+// active. VJPs are DTensor ops, so gradients are sharded like everything else. Forward passes
+// run with recording paused, so composite ops record only themselves.
+
+namespace {
+
+using Grads = std::vector<std::optional<DTensor>>;
+
+template <typename Fn>
+DTensor unrecorded(Fn&& forward) {
+  NoRecord pause;
+  return forward();
+}
+
+// Records `y = op(inputs)` with `vjp` when a tape is active and the output is differentiable.
+// `make_vjp` builds the VJP closure (which copies what it needs) only when recording.
+template <typename MakeVjp>
+DTensor traced(std::initializer_list<const DTensor*> inputs, DTensor y, MakeVjp&& make_vjp) {
+  if (tape_active() && is_floating(y.dtype())) record_op(inputs, y, make_vjp());
+  return y;
+}
+
+// Sums the broadcast dims of `g` away so it has `shape` (the adjoint of broadcasting).
+DTensor sum_to(const DTensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  const int64_t lead = g.rank() - static_cast<int64_t>(shape.size());
+  std::vector<int64_t> axes;
+  for (int64_t d = 0; d < g.rank(); ++d) {
+    if (d < lead || (shape[d - lead] == 1 && g.shape()[d] != 1)) axes.push_back(d);
+  }
+  DTensor summed = axes.empty() ? g : fwd_reduce_sum(g, axes, true);
+  return fwd_reshape(summed, shape);
+}
+
+DTensor fill_like(const DTensor& y, double value) {
+  return fill(y.shape(), y.layout().without_partial(), value, y.dtype());
+}
+
+DTensor gelu_derivative(const DTensor& x) {
+  // d/dx of 0.5 x (1 + tanh(c (x + 0.044715 x^3))).
+  const double c = 0.7978845608028654;
+  DTensor x2 = fwd_square(x);
+  DTensor u = fwd_scale(fwd_mul(x, fwd_add(fill_like(x, 1.0), fwd_scale(x2, 0.044715))), c);
+  DTensor t = fwd_tanh(u);
+  DTensor one = fill_like(x, 1.0);
+  DTensor left = fwd_scale(fwd_add(one, t), 0.5);
+  DTensor du = fwd_scale(fwd_add(one, fwd_scale(x2, 3 * 0.044715)), c);
+  DTensor right = fwd_mul(fwd_scale(x, 0.5), fwd_mul(fwd_sub(one, fwd_square(t)), du));
+  return fwd_add(left, right);
+}
+
+}  // namespace
+
+DTensor broadcast_to(const DTensor& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  if (shape.size() < x.shape().size()) {
+    throw_error<ShapeError>("broadcast_to", "cannot broadcast {} to {}", x.short_string(),
+                            shape_to_string(shape));
+  }
+  OperandDims dims = broadcast_operand(x.shape(), shape, true);
+  for (size_t j = 0; j < x.shape().size(); ++j) {
+    if (dims.letters[j] >= 0 && x.shape()[j] != shape[dims.letters[j]]) {
+      throw_error<ShapeError>("broadcast_to", "cannot broadcast {} to {}", x.short_string(),
+                              shape_to_string(shape));
+    }
+  }
+  std::string key = "broadcast_to";
+  for (int64_t d : shape) key += "," + std::to_string(d);
+  OpSignature sig{
+      key, {dims}, iota_letters(static_cast<int64_t>(shape.size())), Linearity::kMultilinear};
+  DTensor y = expand(sig, {&x}, shape, x.dtype(), static_cast<double>(num_elements(shape)),
+                     [dims, shape](const Shards& s) {
+                       // Dims that come from x keep x's local extent (it may be sharded).
+                       Shape local = shape;
+                       for (size_t j = 0; j < dims.letters.size(); ++j) {
+                         if (dims.letters[j] >= 0) {
+                           local[dims.letters[j]] = s[0].dim(static_cast<int64_t>(j));
+                         }
+                       }
+                       return kernels::broadcast_to(s[0], local);
+                     });
+  const Shape from = x.shape();
+  return traced({&x}, y,
+                [&] { return [from](const DTensor& g) -> Grads { return {sum_to(g, from)}; }; });
+}
+
+#define DTENSOR_UNARY(name, grad)                                                                 \
+  DTensor name(const DTensor& x) {                                                                \
+    DTensor y = unrecorded([&] { return fwd_##name(x); });                                        \
+    return traced({&x}, y, [&] { return [x, y](const DTensor& g) -> Grads { return {grad}; }; }); \
+  }
+
+DTENSOR_UNARY(neg, fwd_neg(g))
+DTENSOR_UNARY(abs, fwd_mul(g, unary_op("sign", UnaryOp::kSign, x)))
+DTENSOR_UNARY(exp, fwd_mul(g, y))
+DTENSOR_UNARY(log, fwd_div(g, x))
+DTENSOR_UNARY(sqrt, fwd_div(fwd_scale(g, 0.5), y))
+DTENSOR_UNARY(rsqrt, fwd_mul(g, fwd_scale(fwd_mul(y, fwd_mul(y, y)), -0.5)))
+DTENSOR_UNARY(square, fwd_mul(g, fwd_scale(x, 2.0)))
+DTENSOR_UNARY(relu, fwd_mul(g, unary_op("relu_grad", UnaryOp::kReluGrad, x)))
+DTENSOR_UNARY(sigmoid, fwd_mul(g, fwd_mul(y, fwd_sub(fill_like(y, 1.0), y))))
+DTENSOR_UNARY(tanh, fwd_mul(g, fwd_sub(fill_like(y, 1.0), fwd_square(y))))
+DTENSOR_UNARY(gelu, fwd_mul(g, gelu_derivative(x)))
+
+#undef DTENSOR_UNARY
+
+DTensor scale(const DTensor& x, double alpha) {
+  DTensor y = unrecorded([&] { return fwd_scale(x, alpha); });
+  return traced({&x}, y, [&] {
+    return [alpha](const DTensor& g) -> Grads { return {fwd_scale(g, alpha)}; };
+  });
+}
+
+DTensor cast(const DTensor& x, DType dtype) {
+  DTensor y = unrecorded([&] { return fwd_cast(x, dtype); });
+  if (!is_floating(x.dtype())) return y;
+  const DType from = x.dtype();
+  return traced({&x}, y,
+                [&] { return [from](const DTensor& g) -> Grads { return {fwd_cast(g, from)}; }; });
+}
+
+DTensor add(const DTensor& a, const DTensor& b) {
+  DTensor y = unrecorded([&] { return fwd_add(a, b); });
+  return traced({&a, &b}, y, [&] {
+    return [sa = a.shape(), sb = b.shape()](const DTensor& g) -> Grads {
+      return {sum_to(g, sa), sum_to(g, sb)};
+    };
+  });
+}
+
+DTensor sub(const DTensor& a, const DTensor& b) {
+  DTensor y = unrecorded([&] { return fwd_sub(a, b); });
+  return traced({&a, &b}, y, [&] {
+    return [sa = a.shape(), sb = b.shape()](const DTensor& g) -> Grads {
+      return {sum_to(g, sa), sum_to(fwd_neg(g), sb)};
+    };
+  });
+}
+
+DTensor mul(const DTensor& a, const DTensor& b) {
+  DTensor y = unrecorded([&] { return fwd_mul(a, b); });
+  return traced({&a, &b}, y, [&] {
+    return [a, b](const DTensor& g) -> Grads {
+      return {sum_to(fwd_mul(g, b), a.shape()), sum_to(fwd_mul(g, a), b.shape())};
+    };
+  });
+}
+
+DTensor div(const DTensor& a, const DTensor& b) {
+  DTensor y = unrecorded([&] { return fwd_div(a, b); });
+  return traced({&a, &b}, y, [&] {
+    return [a, b, y](const DTensor& g) -> Grads {
+      DTensor ga = fwd_div(g, b);
+      return {sum_to(ga, a.shape()), sum_to(fwd_neg(fwd_mul(ga, y)), b.shape())};
+    };
+  });
+}
+
+DTensor pow(const DTensor& a, const DTensor& b) {
+  DTensor y = unrecorded([&] { return fwd_pow(a, b); });
+  return traced({&a, &b}, y, [&] {
+    return [a, b, y](const DTensor& g) -> Grads {
+      DTensor ga = fwd_mul(g, fwd_mul(b, fwd_pow(a, fwd_sub(b, fill_like(b, 1.0)))));
+      DTensor gb = fwd_mul(g, fwd_mul(y, fwd_log(a)));
+      return {sum_to(ga, a.shape()), sum_to(gb, b.shape())};
+    };
+  });
+}
+
+namespace {
+
+// Gradient of maximum/minimum: to `a` where it won (ties to a), else to `b`.
+DTensor select_grad(const DTensor& g, const DTensor& a, const DTensor& b, bool max) {
+  DTensor wins = max ? greater_equal(a, b) : less_equal(a, b);
+  return fwd_mul(g, fwd_cast(wins, g.dtype()));
+}
+
+}  // namespace
+
+DTensor maximum(const DTensor& a, const DTensor& b) {
+  DTensor y = unrecorded([&] { return fwd_maximum(a, b); });
+  return traced({&a, &b}, y, [&] {
+    return [a, b](const DTensor& g) -> Grads {
+      DTensor ga = select_grad(g, a, b, true);
+      return {sum_to(ga, a.shape()), sum_to(fwd_sub(g, ga), b.shape())};
+    };
+  });
+}
+
+DTensor minimum(const DTensor& a, const DTensor& b) {
+  DTensor y = unrecorded([&] { return fwd_minimum(a, b); });
+  return traced({&a, &b}, y, [&] {
+    return [a, b](const DTensor& g) -> Grads {
+      DTensor ga = select_grad(g, a, b, false);
+      return {sum_to(ga, a.shape()), sum_to(fwd_sub(g, ga), b.shape())};
+    };
+  });
+}
+
+DTensor where(const DTensor& cond, const DTensor& a, const DTensor& b) {
+  DTensor y = unrecorded([&] { return fwd_where(cond, a, b); });
+  return traced({&a, &b}, y, [&] {
+    return [cond, a, b](const DTensor& g) -> Grads {
+      DTensor zero = fill_like(g, 0.0);
+      return {sum_to(fwd_where(cond, g, zero), a.shape()),
+              sum_to(fwd_where(cond, zero, g), b.shape())};
+    };
+  });
+}
+
+DTensor matmul(const DTensor& a, const DTensor& b, bool ta, bool tb) {
+  DTensor y = unrecorded([&] { return fwd_matmul(a, b, ta, tb); });
+  return traced({&a, &b}, y, [&] {
+    return [a, b, ta, tb](const DTensor& g) -> Grads {
+      DTensor ga = !ta ? (!tb ? fwd_matmul(g, b, false, true) : fwd_matmul(g, b, false, false))
+                       : (!tb ? fwd_matmul(b, g, false, true) : fwd_matmul(b, g, true, true));
+      DTensor gb = !tb ? (!ta ? fwd_matmul(a, g, true, false) : fwd_matmul(a, g, false, false))
+                       : (!ta ? fwd_matmul(g, a, true, false) : fwd_matmul(g, a, true, true));
+      return {sum_to(ga, a.shape()), sum_to(gb, b.shape())};
+    };
+  });
+}
+
+namespace {
+
+// `g` (of the reduced shape) broadcast back over the reduced `axes` of `x`.
+DTensor unreduce(const DTensor& g, const DTensor& x, const std::vector<int64_t>& axes,
+                 bool keepdims) {
+  DTensor kept = keepdims ? g : fwd_reshape(g, reduced_shape(x.shape(), axes, true));
+  NoRecord pause;
+  return broadcast_to(kept, x.shape());
+}
+
+}  // namespace
+
+DTensor reduce_sum(const DTensor& x, std::vector<int64_t> axes, bool keepdims) {
+  std::vector<int64_t> norm = normalize_axes(axes, x, "reduce_sum");
+  DTensor y = unrecorded([&] { return fwd_reduce_sum(x, norm, keepdims); });
+  return traced({&x}, y, [&] {
+    return
+        [x, norm, keepdims](const DTensor& g) -> Grads { return {unreduce(g, x, norm, keepdims)}; };
+  });
+}
+
+DTensor reduce_mean(const DTensor& x, std::vector<int64_t> axes, bool keepdims) {
+  std::vector<int64_t> norm = normalize_axes(axes, x, "reduce_mean");
+  DTensor y = unrecorded([&] { return fwd_reduce_mean(x, norm, keepdims); });
+  return traced({&x}, y, [&] {
+    return [x, norm, keepdims](const DTensor& g) -> Grads {
+      double count = 1;
+      for (int64_t a : norm) count *= static_cast<double>(x.shape()[a]);
+      return {fwd_scale(unreduce(g, x, norm, keepdims), 1.0 / count)};
+    };
+  });
+}
+
+namespace {
+
+DTensor extremum_grad(const DTensor& g, const DTensor& x, const DTensor& y,
+                      const std::vector<int64_t>& axes, bool keepdims) {
+  // The gradient goes to every element equal to the extremum.
+  DTensor hit = fwd_cast(equal(x, unreduce(y, x, axes, keepdims)), x.dtype());
+  return fwd_mul(unreduce(g, x, axes, keepdims), hit);
+}
+
+}  // namespace
+
+DTensor reduce_max(const DTensor& x, std::vector<int64_t> axes, bool keepdims) {
+  std::vector<int64_t> norm = normalize_axes(axes, x, "reduce_max");
+  DTensor y = unrecorded([&] { return fwd_reduce_max(x, norm, keepdims); });
+  return traced({&x}, y, [&] {
+    return [x, y, norm, keepdims](const DTensor& g) -> Grads {
+      return {extremum_grad(g, x, y, norm, keepdims)};
+    };
+  });
+}
+
+DTensor reduce_min(const DTensor& x, std::vector<int64_t> axes, bool keepdims) {
+  std::vector<int64_t> norm = normalize_axes(axes, x, "reduce_min");
+  DTensor y = unrecorded([&] { return fwd_reduce_min(x, norm, keepdims); });
+  return traced({&x}, y, [&] {
+    return [x, y, norm, keepdims](const DTensor& g) -> Grads {
+      return {extremum_grad(g, x, y, norm, keepdims)};
+    };
+  });
+}
+
+DTensor softmax(const DTensor& x, int64_t axis) {
+  axis = normalize_axis(axis, x.rank(), "softmax", x);
+  DTensor y = unrecorded([&] { return fwd_softmax(x, axis); });
+  return traced({&x}, y, [&] {
+    return [y, axis](const DTensor& g) -> Grads {
+      DTensor dot = fwd_reduce_sum(fwd_mul(g, y), {axis}, true);
+      return {fwd_mul(y, fwd_sub(g, dot))};
+    };
+  });
+}
+
+DTensor log_softmax(const DTensor& x, int64_t axis) {
+  axis = normalize_axis(axis, x.rank(), "log_softmax", x);
+  DTensor y = unrecorded([&] { return fwd_log_softmax(x, axis); });
+  return traced({&x}, y, [&] {
+    return [y, axis](const DTensor& g) -> Grads {
+      DTensor total = fwd_reduce_sum(g, {axis}, true);
+      return {fwd_sub(g, fwd_mul(fwd_exp(y), total))};
+    };
+  });
+}
+
+DTensor logsumexp(const DTensor& x, int64_t axis, bool keepdims) {
+  axis = normalize_axis(axis, x.rank(), "logsumexp", x);
+  DTensor y = unrecorded([&] { return fwd_logsumexp(x, axis, keepdims); });
+  return traced({&x}, y, [&] {
+    return [x, y, axis, keepdims](const DTensor& g) -> Grads {
+      DTensor y_full = unreduce(y, x, {axis}, keepdims);
+      return {fwd_mul(unreduce(g, x, {axis}, keepdims), fwd_exp(fwd_sub(x, y_full)))};
+    };
+  });
+}
+
+DTensor sparse_softmax_cross_entropy(const DTensor& logits, const DTensor& labels) {
+  DTensor y = unrecorded([&] { return fwd_sparse_softmax_cross_entropy(logits, labels); });
+  return traced({&logits}, y, [&] {
+    return [logits, labels](const DTensor& g) -> Grads {
+      const int64_t axis = logits.rank() - 1;
+      if (!axis_sharded(logits, axis)) {
+        // Fused local kernel: (softmax - one_hot) * g.
+        std::vector<int> letters = iota_letters(logits.rank() - 1);
+        OpSignature sig{"sparse_softmax_cross_entropy_grad",
+                        {{iota_letters(logits.rank()), false}, {letters, false}, {letters, false}},
+                        iota_letters(logits.rank())};
+        return {expand(sig, {&logits, &labels, &g}, logits.shape(), logits.dtype(),
+                       4.0 * static_cast<double>(logits.num_elements()), [](const Shards& s) {
+                         return kernels::sparse_softmax_cross_entropy_grad(s[0], s[1], s[2]);
+                       })};
+      }
+      DTensor p = fwd_softmax(logits, axis);
+      DTensor diff = fwd_sub(p, one_hot(labels, logits.shape()[axis], logits.dtype()));
+      return {fwd_mul(diff, fwd_reshape(g, reduced_shape(logits.shape(), {axis}, true)))};
+    };
+  });
+}
+
+DTensor reshape(const DTensor& x, const Shape& shape) {
+  DTensor y = unrecorded([&] { return fwd_reshape(x, shape); });
+  return traced({&x}, y, [&] {
+    return [from = x.shape()](const DTensor& g) -> Grads { return {fwd_reshape(g, from)}; };
+  });
+}
+
+DTensor transpose(const DTensor& x, std::vector<int64_t> perm) {
+  DTensor y = unrecorded([&] { return fwd_transpose(x, perm); });
+  if (perm.empty()) {
+    for (int64_t d = x.rank() - 1; d >= 0; --d) perm.push_back(d);
+  }
+  std::vector<int64_t> inverse(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i)
+    inverse[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
+  return traced({&x}, y, [&] {
+    return [inverse](const DTensor& g) -> Grads { return {fwd_transpose(g, inverse)}; };
+  });
+}
+
+DTensor traced_relayout(const DTensor& x, const Layout& layout) {
+  DTensor y = relayout(x, layout);
+  if (y.id() == x.id()) return y;
+  const Layout back = x.layout().without_partial();
+  return traced({&x}, y,
+                [&] { return [back](const DTensor& g) -> Grads { return {relayout(g, back)}; }; });
+}
+
+}  // namespace dtensor
