@@ -900,4 +900,200 @@ DTensor traced_relayout(const DTensor& x, const Layout& layout) {
                 [&] { return [back](const DTensor& g) -> Grads { return {relayout(g, back)}; }; });
 }
 
+namespace {
+
+// The adjoint of slice: `g` placed at `begin` in zeros of `full`.
+DTensor pad_to(const DTensor& g, const std::vector<int64_t>& begin, const Shape& size,
+               const Shape& full) {
+  std::vector<int> letters = iota_letters(g.rank());
+  std::vector<std::pair<int64_t, int64_t>> pads;
+  std::string key = "pad";
+  for (int64_t d = 0; d < g.rank(); ++d) {
+    pads.push_back({begin[d], full[d] - begin[d] - size[d]});
+    if (size[d] != full[d]) letters[d] = kBroadcastDim;
+    key += fmt::format(",{}:{}", pads.back().first, pads.back().second);
+  }
+  OpSignature sig{key, {{letters, true}}, letters, Linearity::kMultilinear};
+  return expand(sig, {&g}, full, g.dtype(), static_cast<double>(num_elements(full)),
+                [pads, letters](const Shards& s) {
+                  std::vector<std::pair<int64_t, int64_t>> local(pads.size(), {0, 0});
+                  for (size_t d = 0; d < letters.size(); ++d) {
+                    if (letters[d] == kBroadcastDim) local[d] = pads[d];
+                  }
+                  return kernels::pad(s[0], local);
+                });
+}
+
+// The adjoint of gather: `g` added into zero rows of params' shape at `indices`.
+DTensor scatter_rows(const DTensor& params, const DTensor& indices, const DTensor& g,
+                     int64_t axis) {
+  // Every device scatters its local rows; the result is a partial sum over the mesh dims that
+  // shard the indices, reduced when it reaches the variable's layout.
+  DTensor idx = relayout(indices, indices.layout().without_partial());
+  DTensor grad = relayout(g, g.layout().without_partial());
+  const Shape shape = params.shape();
+  Layout p_layout = Layout::replicated(params.mesh(), params.rank());
+  std::vector<PartialDim> partial;
+  const Mesh& mesh = params.mesh();
+  // g's dims: [:axis] params dims, then index dims, then the rest. Keep it simple: bring g's
+  // non-index dims unsharded and let the index sharding make the partial.
+  Layout g_target = grad.layout();
+  for (int64_t d = 0; d < grad.rank(); ++d) {
+    bool index_dim = d >= axis && d < axis + idx.rank();
+    int64_t idx_dim = d - axis;
+    std::string spec = index_dim ? idx.layout().spec(idx_dim) : std::string(Layout::kUnsharded);
+    g_target = g_target.with_spec(d, spec);
+  }
+  grad = relayout(grad, g_target);
+  for (int64_t m = 0; m < mesh.rank(); ++m) {
+    if ((idx.layout().sharded_mask() >> m) & 1u)
+      partial.push_back({mesh.dims()[m].name, ReduceOp::kSum});
+  }
+  Layout out_layout = p_layout.with_partial(partial);
+  std::vector<Tensor> shards;
+  for (int64_t i = 0; i < mesh.num_local_devices(); ++i) {
+    Tensor t = kernels::scatter_add(shape, idx.shard(i), grad.shard(i), axis);
+    shards.push_back(t.with_device(Device{mesh.device_type(), mesh.local_device_ids()[i]}));
+  }
+  return DTensor::from_trusted_shards(shape, params.dtype(), out_layout, std::move(shards));
+}
+
+}  // namespace
+
+DTensor concat(const std::vector<DTensor>& xs, int64_t axis) {
+  if (xs.empty()) throw_error<InvalidArgumentError>("concat", "no inputs");
+  const DTensor& first = xs[0];
+  axis = normalize_axis(axis, first.rank(), "concat", first);
+  std::vector<const DTensor*> inputs;
+  Shape out = first.shape();
+  out[axis] = 0;
+  for (const DTensor& x : xs) {
+    inputs.push_back(&x);
+    bool fits = x.rank() == first.rank() && x.dtype() == first.dtype();
+    for (int64_t d = 0; fits && d < x.rank(); ++d)
+      fits = d == axis || x.shape()[d] == first.shape()[d];
+    if (!fits) {
+      throw_error<ShapeError>("concat", "{} does not fit {} along axis {}", x.short_string(),
+                              first.short_string(), axis);
+    }
+    out[axis] += x.shape()[axis];
+  }
+  check_same_mesh("concat", inputs);
+  std::vector<int> letters = iota_letters(first.rank());
+  letters[axis] = kBroadcastDim;  // the joined dim stays whole on every device
+  OpSignature sig{"concat" + std::to_string(xs.size()) + ":" + std::to_string(axis),
+                  {},
+                  letters,
+                  Linearity::kAdditive};
+  for (size_t i = 0; i < xs.size(); ++i) sig.operands.push_back({letters, true});
+  const size_t n = xs.size();
+  DTensor y = expand(sig, inputs, out, first.dtype(), static_cast<double>(num_elements(out)),
+                     [n, axis](const Shards& s) {
+                       std::vector<Tensor> parts;
+                       for (size_t i = 0; i < n; ++i) parts.push_back(s[i]);
+                       return kernels::concat(parts, axis);
+                     });
+  if (!tape_active() || !is_floating(y.dtype())) return y;
+  std::vector<int64_t> sizes;
+  for (const DTensor& x : xs) sizes.push_back(x.shape()[axis]);
+  record_op(inputs, y, [sizes, axis, out](const DTensor& g) -> Grads {
+    Grads grads;
+    int64_t offset = 0;
+    for (int64_t size : sizes) {
+      std::vector<int64_t> begin(out.size(), 0);
+      begin[axis] = offset;
+      Shape extent(out.size(), -1);
+      extent[axis] = size;
+      grads.push_back(slice(g, begin, extent));
+      offset += size;
+    }
+    return grads;
+  });
+  return y;
+}
+
+DTensor slice(const DTensor& x, const std::vector<int64_t>& begin, const Shape& size) {
+  if (static_cast<int64_t>(begin.size()) != x.rank() ||
+      static_cast<int64_t>(size.size()) != x.rank()) {
+    throw_error<ShapeError>("slice", "begin [{}] and size {} need one entry per dim of {}",
+                            fmt::join(begin, ","), shape_to_string(size), x.short_string());
+  }
+  Shape out(size);
+  std::vector<int> letters = iota_letters(x.rank());
+  std::string key = "slice";
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    if (out[d] == -1) out[d] = x.shape()[d] - begin[d];
+    if (begin[d] < 0 || out[d] < 0 || begin[d] + out[d] > x.shape()[d]) {
+      throw_error<ShapeError>("slice", "box at [{}] of size {} does not fit {}",
+                              fmt::join(begin, ","), shape_to_string(size), x.short_string());
+    }
+    if (out[d] != x.shape()[d]) letters[d] = kBroadcastDim;  // a cut dim is gathered first
+    key += fmt::format(",{}:{}", begin[d], out[d]);
+  }
+  OpSignature sig{key, {{letters, true}}, letters, Linearity::kMultilinear};
+  DTensor y = expand(sig, {&x}, out, x.dtype(), static_cast<double>(num_elements(out)),
+                     [begin, out, letters](const Shards& s) {
+                       std::vector<int64_t> b(begin.size(), 0);
+                       Shape e(out.size(), -1);
+                       for (size_t d = 0; d < letters.size(); ++d) {
+                         if (letters[d] == kBroadcastDim) {
+                           b[d] = begin[d];
+                           e[d] = out[d];
+                         }
+                       }
+                       return kernels::slice(s[0], b, e);
+                     });
+  const Shape full = x.shape();
+  return traced({&x}, y, [&] {
+    return [begin, out, full](const DTensor& g) -> Grads { return {pad_to(g, begin, out, full)}; };
+  });
+}
+
+DTensor gather(const DTensor& params, const DTensor& indices, int64_t axis) {
+  check_same_mesh("gather", {&params, &indices});
+  axis = normalize_axis(axis, params.rank(), "gather", params);
+  if (indices.dtype() != DType::kI32 && indices.dtype() != DType::kI64) {
+    throw_error<DTypeError>("gather", "indices {} must be i32 or i64", indices.short_string());
+  }
+  // Letters: params dims 0..r-1 (axis kept whole), index dims r.., output in gather order.
+  const int r = static_cast<int>(params.rank());
+  std::vector<int> p_letters = iota_letters(params.rank());
+  p_letters[axis] = kBroadcastDim;
+  std::vector<int> i_letters = iota_letters(indices.rank(), r);
+  std::vector<int> out_letters(p_letters.begin(), p_letters.begin() + axis);
+  out_letters.insert(out_letters.end(), i_letters.begin(), i_letters.end());
+  out_letters.insert(out_letters.end(), p_letters.begin() + axis + 1, p_letters.end());
+  Shape out(params.shape().begin(), params.shape().begin() + axis);
+  out.insert(out.end(), indices.shape().begin(), indices.shape().end());
+  out.insert(out.end(), params.shape().begin() + axis + 1, params.shape().end());
+  OpSignature sig{"gather:" + std::to_string(axis),
+                  {{p_letters, true}, {i_letters, false}},
+                  out_letters,
+                  Linearity::kMultilinear};
+  DTensor y =
+      expand(sig, {&params, &indices}, out, params.dtype(), static_cast<double>(num_elements(out)),
+             [axis](const Shards& s) { return kernels::gather(s[0], s[1], axis); });
+  return traced({&params}, y, [&] {
+    return [params, indices, axis](const DTensor& g) -> Grads {
+      return {scatter_rows(params, indices, g, axis)};
+    };
+  });
+}
+
+DTensor layer_norm(const DTensor& x, const DTensor& gamma, const DTensor& beta, double eps) {
+  check_same_mesh("layer_norm", {&x, &gamma, &beta});
+  if (x.rank() < 1 || gamma.shape() != Shape{x.shape().back()} || beta.shape() != gamma.shape()) {
+    throw_error<ShapeError>("layer_norm", "gamma {} and beta {} must be [D] for x {}",
+                            gamma.short_string(), beta.short_string(), x.short_string());
+  }
+  std::vector<int> letters = iota_letters(x.rank());
+  letters.back() = kBroadcastDim;  // normalised dim stays whole
+  OpSignature sig{fmt::format("layer_norm:{}", eps),
+                  {{letters, false}, {{kBroadcastDim}, false}, {{kBroadcastDim}, false}},
+                  letters};
+  return expand(sig, {&x, &gamma, &beta}, x.shape(), x.dtype(),
+                8.0 * static_cast<double>(x.num_elements()),
+                [eps](const Shards& s) { return kernels::layer_norm(s[0], s[1], s[2], eps).y; });
+}
+
 }  // namespace dtensor

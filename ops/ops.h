@@ -79,4 +79,15 @@ DTensor broadcast_to(const DTensor& x, const Shape& shape);
 DTensor traced_relayout(const DTensor& x, const Layout& layout);
 DTensor transpose(const DTensor& x, std::vector<int64_t> perm);
 
+// Joins along `axis` (kept unsharded); the other dims must agree.
+DTensor concat(const std::vector<DTensor>& xs, int64_t axis);
+// The box at `begin` of extent `size` (-1: to the end). Dims that are cut are gathered first;
+// dims taken whole keep their sharding.
+DTensor slice(const DTensor& x, const std::vector<int64_t>& begin, const Shape& size);
+// Rows of `params` along `axis` (kept unsharded) at integer `indices` (an embedding lookup when
+// axis is 0); the result's index dims take the indices' sharding.
+DTensor gather(const DTensor& params, const DTensor& indices, int64_t axis = 0);
+// Normalises over the last dim (kept unsharded) and applies gamma and beta of shape [D].
+DTensor layer_norm(const DTensor& x, const DTensor& gamma, const DTensor& beta, double eps = 1e-5);
+
 }  // namespace dtensor

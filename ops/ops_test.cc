@@ -278,6 +278,33 @@ TEST_CASE("reshape and transpose match one device") {
   }
 }
 
+TEST_CASE("concat, slice, gather and layer_norm match one device") {
+  Gen gen(8);
+  for (int c = 0; c < kCases; ++c) {
+    const Mesh& mesh = gen.mesh();
+    Shape s = gen.shape(2);
+    int64_t axis = static_cast<int64_t>(gen.pick(2));
+    Shape s2 = s;
+    s2[axis] = gen.dim();
+    Tensor a = gen.values(s, -4, 4), b = gen.values(s2, -4, 4);
+    DTensor da = gen.put(a, mesh), db = gen.put(b, mesh);
+    check_close(to_global(concat({da, db}, axis)), kernels::concat({a, b}, axis),
+                "concat " + describe({da, db}));
+    std::vector<int64_t> begin = {static_cast<int64_t>(gen.pick(static_cast<size_t>(s[0]))), 0};
+    Shape size = {-1, s[1] > 1 && gen.coin() ? s[1] - 1 : -1};
+    check_close(to_global(slice(da, begin, size)), kernels::slice(a, begin, size),
+                "slice " + describe({da}));
+    Tensor idx = gen.labels({gen.dim()}, s[0]);
+    DTensor di = gen.put(idx, mesh, /*partial=*/false);
+    check_close(to_global(gather(da, di, 0)), kernels::gather(a, idx, 0),
+                "gather " + describe({da, di}));
+    Tensor gamma = gen.values({s[1]}, 0.5, 2), beta = gen.values({s[1]}, -1, 1);
+    DTensor dg = gen.put(gamma, mesh), dbeta = gen.put(beta, mesh);
+    check_close(to_global(layer_norm(da, dg, dbeta)), kernels::layer_norm(a, gamma, beta, 1e-5).y,
+                "layer_norm " + describe({da, dg, dbeta}));
+  }
+}
+
 TEST_CASE("expansions emit only the collectives the layouts force") {
   Mesh mesh = Mesh::create({{"batch", 8}}, DeviceType::kCPU);
   Gen gen(7);

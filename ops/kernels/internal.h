@@ -151,6 +151,33 @@ inline T min_nan(T a, T b) {
   }
 }
 
+// Reduces map(x[0..n)) with kLanes independent accumulators combined as a tree at the end: the
+// compiler keeps the lanes in vector registers (a single accumulator would be a serial chain, and
+// float addition may not be reordered), and the order is fixed, so results are deterministic.
+template <typename Acc, typename T, typename Op, typename Map>
+Acc reduce_lanes(const T* __restrict x, int64_t n, Acc init, Op op, Map map) {
+  constexpr int kLanes = 16;
+  Acc lanes[kLanes];
+  for (int j = 0; j < kLanes; ++j) lanes[j] = init;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) lanes[j] = op(lanes[j], map(x[i + j]));
+  }
+  for (int j = 0; i < n; ++i, ++j) lanes[j] = op(lanes[j], map(x[i]));
+  for (int width = kLanes / 2; width >= 1; width /= 2) {
+    for (int j = 0; j < width; ++j) lanes[j] = op(lanes[j], lanes[j + width]);
+  }
+  return lanes[0];
+}
+
+// The f64 sum of x[0..n) (for floats) with independent lanes.
+template <typename T>
+double sum_f64(const T* x, int64_t n) {
+  return reduce_lanes(
+      x, n, 0.0, [](double a, double b) { return a + b; },
+      [](T v) { return static_cast<double>(v); });
+}
+
 // double -> bf16 rounding to nearest even without double rounding: round to f32 with
 // round-to-odd first (keeps the sticky bit), then to bf16.
 inline BFloat16 double_to_bf16(double v) {

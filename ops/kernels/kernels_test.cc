@@ -434,6 +434,48 @@ TEST_CASE("unary ops match the reference") {
                {kNaN, 0}, 0);
 }
 
+// Error of got against the exact value in units of the f32 spacing at the exact value (spacing of
+// the smallest subnormal below 2^-126).
+double ulp_error(float got, double exact) {
+  if (std::isnan(exact)) return std::isnan(got) ? 0 : kInf;
+  const float rounded = static_cast<float>(exact);  // inf when exact is beyond the f32 range
+  if (std::isinf(rounded)) return got == rounded ? 0 : kInf;
+  int exponent;
+  std::frexp(exact, &exponent);
+  const double ulp = std::ldexp(1.0, std::max(exponent, -125) - 24);
+  return std::abs(static_cast<double>(got) - exact) / ulp;
+}
+
+TEST_CASE("f32 exp and tanh stay within a few ulp over their whole range") {
+  std::vector<double> xs;
+  for (double x = -110; x <= 90; x += 0.0137) xs.push_back(static_cast<float>(x));
+  for (double x : {0.0, -0.0, 1e-30, -1e-30, 88.7228, 88.7229, -87.3, -103.9, -104.0, 1e-3, 0.6249,
+                   0.6251, -0.625, kInf, -kInf, kNaN}) {
+    xs.push_back(static_cast<float>(x));
+  }
+  const Tensor x = make({static_cast<int64_t>(xs.size())}, DType::kF32, xs);
+  const Tensor exp_x = unary(UnaryOp::kExp, x), tanh_x = unary(UnaryOp::kTanh, x);
+  const float* e = exp_x.data<float>();
+  const float* t = tanh_x.data<float>();
+  double worst_exp = 0, worst_tanh = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    worst_exp = std::max(worst_exp, ulp_error(e[i], std::exp(xs[i])));
+    worst_tanh = std::max(worst_tanh, ulp_error(t[i], std::tanh(xs[i])));
+    if (ulp_error(e[i], std::exp(xs[i])) > 2.0 || ulp_error(t[i], std::tanh(xs[i])) > 3.0) {
+      FAIL_CHECK("x = " << xs[i] << ": exp " << e[i] << " tanh " << t[i]);
+    }
+  }
+  CHECK(worst_exp <= 2.0);
+  CHECK(worst_tanh <= 3.0);
+  // Saturation and specials are exact.
+  check_values(unary(UnaryOp::kExp, make({4}, DType::kF32, {kInf, -kInf, 100, -200})), {4},
+               DType::kF32, {kInf, 0, kInf, 0}, 0);
+  check_values(unary(UnaryOp::kTanh, make({4}, DType::kF32, {kInf, -kInf, 30, -0.0})), {4},
+               DType::kF32, {1, -1, 1, 0}, 0);
+  check_values(unary(UnaryOp::kSigmoid, make({3}, DType::kF32, {-200, 200, 0})), {3}, DType::kF32,
+               {0, 1, 0.5}, 0);
+}
+
 TEST_CASE("unary rejects unsupported dtypes") {
   CHECK_THROWS_MATCHES(unary(UnaryOp::kExp, Tensor::zeros({2}, DType::kI64)), DTypeError,
                        Catch::Message("[exp] unsupported dtype i64: i64[2]"));

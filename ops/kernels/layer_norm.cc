@@ -45,14 +45,13 @@ void layer_norm_typed(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
   T* pr = r.rstd.data<T>();
   for (int64_t i = 0; i < rows; ++i) {
     const T* __restrict row = px + i * d;
-    double sum = 0;
-    for (int64_t j = 0; j < d; ++j) sum += static_cast<double>(row[j]);
-    const double mean = d > 0 ? sum / static_cast<double>(d) : 0.0;
-    double sq = 0;
-    for (int64_t j = 0; j < d; ++j) {
-      const double c = static_cast<double>(row[j]) - mean;
-      sq += c * c;
-    }
+    const double mean = d > 0 ? internal::sum_f64(row, d) / static_cast<double>(d) : 0.0;
+    const double sq = internal::reduce_lanes(
+        row, d, 0.0, [](double a, double b) { return a + b; },
+        [mean](T v) {
+          const double c = static_cast<double>(v) - mean;
+          return c * c;
+        });
     const double var = d > 0 ? sq / static_cast<double>(d) : 0.0;
     const double rstd = 1.0 / std::sqrt(var + eps);
     pm[i] = static_cast<T>(mean);
@@ -75,30 +74,32 @@ void layer_norm_grad_typed(const Tensor& dy, const Tensor& x, const Tensor& gamm
   const T* pr = rstd.data<T>();
   T* pdx = out.dx.data<T>();
   std::vector<double> dgamma(static_cast<size_t>(d), 0.0), dbeta(static_cast<size_t>(d), 0.0);
-  std::vector<T> xhat(static_cast<size_t>(d));
+  std::vector<T> xhat(static_cast<size_t>(d)), g_buf(static_cast<size_t>(d)),
+      gx_buf(static_cast<size_t>(d));
   for (int64_t i = 0; i < rows; ++i) {
     const T* __restrict dyr = pdy + i * d;
     const T* __restrict xr = px + i * d;
     const T m = pm[i], s = pr[i];
     T* __restrict xh = xhat.data();
+    T* __restrict gj = g_buf.data();
+    T* __restrict gx = gx_buf.data();
     double* __restrict dg = dgamma.data();
     double* __restrict db = dbeta.data();
-    double mean_g = 0, mean_gx = 0;
     for (int64_t j = 0; j < d; ++j) {
       xh[j] = (xr[j] - m) * s;
-      const double gj = static_cast<double>(dyr[j]) * static_cast<double>(g[j]);
-      mean_g += gj;
-      mean_gx += gj * static_cast<double>(xh[j]);
+      gj[j] = dyr[j] * g[j];
+      gx[j] = gj[j] * xh[j];
       dg[j] += static_cast<double>(dyr[j]) * static_cast<double>(xh[j]);
       db[j] += static_cast<double>(dyr[j]);
     }
+    double mean_g = internal::sum_f64(gj, d), mean_gx = internal::sum_f64(gx, d);
     if (d > 0) {
       mean_g /= static_cast<double>(d);
       mean_gx /= static_cast<double>(d);
     }
     const T a = static_cast<T>(mean_g), b = static_cast<T>(mean_gx);
     T* __restrict dx = pdx + i * d;
-    for (int64_t j = 0; j < d; ++j) dx[j] = s * (dyr[j] * g[j] - a - xh[j] * b);
+    for (int64_t j = 0; j < d; ++j) dx[j] = s * (gj[j] - a - xh[j] * b);
   }
   T* pdg = out.dgamma.data<T>();
   T* pdb = out.dbeta.data<T>();

@@ -21,29 +21,13 @@ struct Problem {
   int64_t outer = 1, reduced = 1, inner = 1;
 };
 
-// Reduces n contiguous elements with kLanes independent accumulators combined as a tree: the
-// compiler keeps the lanes in vector registers, and the order is fixed (deterministic results).
-template <typename Acc, typename T, typename Op>
-Acc reduce_run(const T* __restrict x, int64_t n, Acc init, Op op) {
-  constexpr int kLanes = 16;
-  Acc lanes[kLanes];
-  for (int j = 0; j < kLanes; ++j) lanes[j] = init;
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) lanes[j] = op(lanes[j], static_cast<Acc>(x[i + j]));
-  }
-  for (int j = 0; i < n; ++i, ++j) lanes[j] = op(lanes[j], static_cast<Acc>(x[i]));
-  for (int width = kLanes / 2; width >= 1; width /= 2) {
-    for (int j = 0; j < width; ++j) lanes[j] = op(lanes[j], lanes[j + width]);
-  }
-  return lanes[0];
-}
-
 template <typename T, typename Acc, typename Op, typename Finish>
 void reduce_problem(const T* x, T* out, const Problem& p, Acc init, Op op, Finish finish) {
   const int64_t R = p.reduced, I = p.inner;
   if (I == 1) {
-    for (int64_t o = 0; o < p.outer; ++o) out[o] = finish(reduce_run(x + o * R, R, init, op));
+    for (int64_t o = 0; o < p.outer; ++o)
+      out[o] = finish(
+          internal::reduce_lanes(x + o * R, R, init, op, [](T v) { return static_cast<Acc>(v); }));
     return;
   }
   constexpr int64_t kChunk = 512;

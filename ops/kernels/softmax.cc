@@ -3,6 +3,7 @@
 #include <limits>
 #include <string>
 
+#include "ops/kernels/fast_math.h"
 #include "ops/kernels/internal.h"
 #include "ops/kernels/kernels.h"
 
@@ -14,13 +15,15 @@ using internal::describe;
 
 // Per (outer, inner) position along the axis of `v`: shift = max (0 when it is not finite, so that
 // rows of -inf give -inf and not NaN) and sum = sum(exp(x - shift)) in f64. When `exps` is not
-// null it receives exp(x - shift) for every element.
+// null it receives exp(x - shift) for every element. Rows of I elements are processed together,
+// so every loop runs along contiguous memory.
 template <typename T>
 void exp_stats(const T* x, const AxisView& v, std::vector<T>& shift, std::vector<double>& sum,
                T* exps) {
   const int64_t R = v.n, I = v.inner;
   shift.assign(static_cast<size_t>(v.outer * I), -std::numeric_limits<T>::infinity());
   sum.assign(shift.size(), 0.0);
+  std::vector<T> scratch(exps ? 0 : static_cast<size_t>(I));
   for (int64_t o = 0; o < v.outer; ++o) {
     const T* block = x + o * R * I;
     T* __restrict m = shift.data() + o * I;
@@ -32,39 +35,30 @@ void exp_stats(const T* x, const AxisView& v, std::vector<T>& shift, std::vector
     for (int64_t i = 0; i < I; ++i) m[i] = std::isfinite(m[i]) ? m[i] : T{0};
     for (int64_t r = 0; r < R; ++r) {
       const T* __restrict row = block + r * I;
-      T* __restrict e = exps ? exps + (o * R + r) * I : nullptr;
-      for (int64_t i = 0; i < I; ++i) {
-        const T ex = std::exp(row[i] - m[i]);
-        if (e) e[i] = ex;
-        s[i] += static_cast<double>(ex);
-      }
+      T* __restrict e = exps ? exps + (o * R + r) * I : scratch.data();
+      for (int64_t i = 0; i < I; ++i) e[i] = internal::exp_t(row[i] - m[i]);
+      for (int64_t i = 0; i < I; ++i) s[i] += static_cast<double>(e[i]);
     }
   }
 }
 
-// Contiguous rows (I == 1) get their own loop: the max is a vectorized run reduction.
+// Contiguous rows (I == 1): the max and the sum are lane reductions along the row.
 template <typename T>
 void exp_stats_rows(const T* x, int64_t rows, int64_t n, std::vector<T>& shift,
                     std::vector<double>& sum, T* exps) {
   shift.resize(static_cast<size_t>(rows));
   sum.resize(static_cast<size_t>(rows));
+  std::vector<T> scratch(exps ? 0 : static_cast<size_t>(n));
   for (int64_t o = 0; o < rows; ++o) {
     const T* __restrict row = x + o * n;
-    T m = -std::numeric_limits<T>::infinity();
-    for (int64_t r = 0; r < n; ++r) m = internal::max_nan(m, row[r]);
+    T m = internal::reduce_lanes(
+        row, n, -std::numeric_limits<T>::infinity(),
+        [](T a, T b) { return internal::max_nan(a, b); }, [](T v) { return v; });
     m = std::isfinite(m) ? m : T{0};
-    double s = 0;
-    if (exps) {
-      T* __restrict e = exps + o * n;
-      for (int64_t r = 0; r < n; ++r) {
-        e[r] = std::exp(row[r] - m);
-        s += static_cast<double>(e[r]);
-      }
-    } else {
-      for (int64_t r = 0; r < n; ++r) s += static_cast<double>(std::exp(row[r] - m));
-    }
+    T* __restrict e = exps ? exps + o * n : scratch.data();
+    for (int64_t r = 0; r < n; ++r) e[r] = internal::exp_t(row[r] - m);
     shift[static_cast<size_t>(o)] = m;
-    sum[static_cast<size_t>(o)] = s;
+    sum[static_cast<size_t>(o)] = internal::sum_f64(e, n);
   }
 }
 

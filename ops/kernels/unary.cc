@@ -2,6 +2,7 @@
 #include <cmath>
 #include <string>
 
+#include "ops/kernels/fast_math.h"
 #include "ops/kernels/internal.h"
 #include "ops/kernels/kernels.h"
 
@@ -78,7 +79,7 @@ void apply(UnaryOp op, const T* x, T* y, int64_t n) {
   if constexpr (kFloat) {
     switch (op) {
       case UnaryOp::kExp:
-        return map(x, y, n, [](T v) { return std::exp(v); });
+        return map(x, y, n, [](T v) { return internal::exp_t(v); });
       case UnaryOp::kLog:
         return map(x, y, n, [](T v) { return std::log(v); });
       case UnaryOp::kSqrt:
@@ -86,14 +87,14 @@ void apply(UnaryOp op, const T* x, T* y, int64_t n) {
       case UnaryOp::kRsqrt:
         return map(x, y, n, [](T v) { return T{1} / std::sqrt(v); });
       case UnaryOp::kSigmoid:
-        return map(x, y, n, [](T v) { return T{1} / (T{1} + std::exp(-v)); });
+        return map(x, y, n, [](T v) { return T{1} / (T{1} + internal::exp_t(-v)); });
       case UnaryOp::kTanh:
-        return map(x, y, n, [](T v) { return std::tanh(v); });
+        return map(x, y, n, [](T v) { return internal::tanh_t(v); });
       case UnaryOp::kGelu:
         return map(x, y, n, [](T v) {
           constexpr T kSqrt2OverPi = static_cast<T>(0.79788456080286535588);
           constexpr T kCubic = static_cast<T>(0.044715);
-          return T{0.5} * v * (T{1} + std::tanh(kSqrt2OverPi * (v + kCubic * v * v * v)));
+          return T{0.5} * v * (T{1} + internal::tanh_t(kSqrt2OverPi * (v + kCubic * v * v * v)));
         });
       default:
         break;
