@@ -153,18 +153,10 @@ void compute_bool(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
 }
 
 Shape broadcast_or_throw(const char* op, const Tensor& a, const Tensor& b) {
-  const Shape& sa = a.shape();
-  const Shape& sb = b.shape();
-  const size_t rank = std::max(sa.size(), sb.size());
-  Shape out(rank, 1);
-  for (size_t d = 0; d < rank; ++d) {
-    int64_t da = d + sa.size() >= rank ? sa[d + sa.size() - rank] : 1;
-    int64_t db = d + sb.size() >= rank ? sb[d + sb.size() - rank] : 1;
-    if (da != db && da != 1 && db != 1) {
-      throw_error<ShapeError>(op, "incompatible shapes for broadcasting: {} vs {}", describe(a),
-                              describe(b));
-    }
-    out[d] = da == 1 ? db : da;
+  Shape out;
+  if (!internal::try_broadcast_shapes(a.shape(), b.shape(), &out)) {
+    throw_error<ShapeError>(op, "incompatible shapes for broadcasting: {} vs {}", describe(a),
+                            describe(b));
   }
   return out;
 }
@@ -208,16 +200,10 @@ std::string_view binary_op_name(BinaryOp op) {
 }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
-  const size_t rank = std::max(a.size(), b.size());
-  Shape out(rank, 1);
-  for (size_t d = 0; d < rank; ++d) {
-    int64_t da = d + a.size() >= rank ? a[d + a.size() - rank] : 1;
-    int64_t db = d + b.size() >= rank ? b[d + b.size() - rank] : 1;
-    if (da != db && da != 1 && db != 1) {
-      throw_error<ShapeError>(op, "incompatible shapes for broadcasting: {} vs {}",
-                              shape_to_string(a), shape_to_string(b));
-    }
-    out[d] = da == 1 ? db : da;
+  Shape out;
+  if (!internal::try_broadcast_shapes(a, b, &out)) {
+    throw_error<ShapeError>(op, "incompatible shapes for broadcasting: {} vs {}",
+                            shape_to_string(a), shape_to_string(b));
   }
   return out;
 }
@@ -255,15 +241,13 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype()) {
     throw_error<DTypeError>("where", "dtypes differ: {} vs {}", describe(a), describe(b));
   }
-  Shape ab = broadcast_or_throw("where", a, b);
-  Shape shape;
-  try {
-    shape = broadcast_shapes(cond.shape(), ab, "where");
-  } catch (const ShapeError&) {
+  Shape ab, shape;
+  if (!internal::try_broadcast_shapes(a.shape(), b.shape(), &ab) ||
+      !internal::try_broadcast_shapes(cond.shape(), ab, &shape)) {
     throw_error<ShapeError>("where", "incompatible shapes for broadcasting: {} ? {} : {}",
                             describe(cond), describe(a), describe(b));
   }
-  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
+  Tensor out = Tensor::empty(shape, a.dtype(), cond.device());
   BroadcastPlan<3> plan(shape, {&cond.shape(), &a.shape(), &b.shape()});
   const int64_t n = plan.inner();
   const bool* pc = cond.data<bool>();

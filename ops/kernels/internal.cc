@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace dtensor::kernels::internal {
 
 std::string describe(const Tensor& t) {
@@ -82,6 +84,18 @@ Tensor f32_to_bf16(const Tensor& x) {
         nan ? static_cast<uint16_t>((u >> 16) | 0x40u) : static_cast<uint16_t>(rounded >> 16);
   }
   return out;
+}
+
+bool try_broadcast_shapes(const Shape& a, const Shape& b, Shape* out) {
+  const size_t rank = std::max(a.size(), b.size());
+  out->assign(rank, 1);
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t da = d + a.size() >= rank ? a[d + a.size() - rank] : 1;
+    const int64_t db = d + b.size() >= rank ? b[d + b.size() - rank] : 1;
+    if (da != db && da != 1 && db != 1) return false;
+    (*out)[d] = da == 1 ? db : da;
+  }
+  return true;
 }
 
 bool broadcasts_to(const Shape& from, const Shape& to) {

@@ -32,6 +32,9 @@ AxisView view_around_axis(const Shape& shape, int64_t axis);
 // The shape with dim `axis` removed (keepdims false) or set to 1 (keepdims true).
 Shape reduced_shape(const Shape& shape, int64_t axis, bool keepdims);
 
+// The NumPy broadcast of a and b in *out; false if they are incompatible.
+bool try_broadcast_shapes(const Shape& a, const Shape& b, Shape* out);
+
 // True if `from` broadcasts to `to` (NumPy rules).
 bool broadcasts_to(const Shape& from, const Shape& to);
 
@@ -44,6 +47,9 @@ void check_index_dtype(const char* op, const Tensor& t, const char* what);
 // bf16 <-> f32 for whole tensors: the way every kernel supports bf16.
 Tensor bf16_to_f32(const Tensor& x);
 Tensor f32_to_bf16(const Tensor& x);
+
+// True if unary(op, x) accepts x's dtype.
+bool unary_supports(UnaryOp op, DType dtype);
 
 // Applies a unary op in place to an f32/f64/i32/i64 tensor whose dtype supports it (dense's fused
 // activation).

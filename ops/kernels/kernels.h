@@ -2,8 +2,9 @@
 //
 // Contract, common to every function here:
 // - Inputs are dense row-major Tensors; outputs are new Tensors from the buffer pool
-//   (Tensor::empty) tagged with the device of the first tensor argument. No function writes to its
-//   inputs, except matmul_accumulate, which adds into `out` in place.
+//   (Tensor::empty) tagged with the device of the first tensor argument (scatter_add: of
+//   `updates`). No function writes to its inputs, except matmul_accumulate, which adds into `out`
+//   in place.
 // - Dtypes: f32 and f64 everywhere a float makes sense; bf16 is computed in f32 and rounded to
 //   nearest even on output; i32 and i64 where the op is meaningful on integers (integer arithmetic
 //   wraps around like unsigned arithmetic, and integer division truncates toward zero); bool for
@@ -50,7 +51,9 @@ enum class UnaryOp {
 // "neg", "abs", ..., "relu_grad", "sign": the name used in error messages.
 std::string_view unary_op_name(UnaryOp op);
 
-// f32/f64/bf16 for every op; i32/i64 for neg, abs, square, relu, relu_grad and sign.
+// f32/f64/bf16 for every op; i32/i64 for neg, abs, square, relu, relu_grad and sign. f32 exp and
+// tanh (and sigmoid and gelu through them) use vectorizable implementations accurate to about
+// 1 ulp instead of the C library's; f64 uses the C library.
 Tensor unary(UnaryOp op, const Tensor& x);
 
 enum class BinaryOp {
@@ -83,7 +86,8 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
 // The NumPy broadcast of two shapes; ShapeError naming `op` if they are incompatible.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 
-// alpha * x in x's dtype (f32, f64, bf16; alpha is rounded to the dtype first).
+// alpha * x in x's dtype: f32, f64, or bf16 (computed in f32). alpha is first rounded to f32 for
+// f32 and bf16.
 Tensor scale(const Tensor& x, double alpha);
 
 // cond ? a : b elementwise, broadcasting all three; cond must be bool, a and b of one dtype.
@@ -126,7 +130,7 @@ void set_blas_threads(int n);
 
 // Fused y = activation(x @ w + bias): matmul's shapes and options, bias of shape [n] broadcast
 // along the rows (added by the gemm itself for f32/f64, with beta = 1), then the activation in
-// place. bias may be null and activation empty.
+// place. bias may be null and activation empty; the activation must support the dtype (DTypeError).
 Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
              std::optional<UnaryOp> activation, const MatmulOptions& options = {});
 

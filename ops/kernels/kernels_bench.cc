@@ -105,6 +105,14 @@ int main() {
   report_bandwidth("transpose f32 [1024,1024]", 8.0 * m, best_seconds(20, [&] {
                      transpose(rows, {1, 0});
                    }));
+  Tensor odd = random_f32({1000, 1000});
+  report_bandwidth("transpose f32 [1000,1000]", 8.0 * 1e6, best_seconds(20, [&] {
+                     transpose(odd, {1, 0});
+                   }));
+  Tensor batched = random_f32({64, 128, 128});
+  report_bandwidth("transpose f32 [64,128,128] perm [0,2,1]", 8.0 * m, best_seconds(20, [&] {
+                     transpose(batched, {0, 2, 1});
+                   }));
   Tensor labels = Tensor::zeros({1024}, DType::kI32);
   report_bandwidth("sparse CE f32 [1024,1024]", 4.0 * m,
                    best_seconds(20, [&] { sparse_softmax_cross_entropy(rows, labels); }));

@@ -600,6 +600,10 @@ TEST_CASE("broadcast_to and sum_to are adjoint") {
                        Catch::Message("[broadcast_to] cannot broadcast f32[3] to [2,4]"));
   CHECK_THROWS_MATCHES(sum_to(Tensor::zeros({2, 3}, DType::kF32), {2}), ShapeError,
                        Catch::Message("[sum_to] cannot sum f32[2,3] to [2]"));
+  CHECK_THROWS_MATCHES(sum_to(Tensor::zeros({2}, DType::kBool), {1}), DTypeError,
+                       Catch::Message("[sum_to] unsupported dtype bool: bool[2]"));
+  CHECK_THROWS_MATCHES(broadcast_to(Tensor::zeros({1}, DType::kF32), {-1}), ShapeError,
+                       Catch::Message("[broadcast_to] negative dim in shape [-1]"));
 }
 
 // ================================================================================================
@@ -740,6 +744,10 @@ TEST_CASE("dense fuses bias and activation") {
   Tensor bad = Tensor::zeros({3}, DType::kF32);
   CHECK_THROWS_MATCHES(dense(x, w, &bad, std::nullopt), ShapeError,
                        Catch::Message("[dense] bias f32[3] does not match output f32[2,4]"));
+  Tensor xi = Tensor::zeros({2, 3}, DType::kI32), wi = Tensor::zeros({3, 4}, DType::kI32);
+  CHECK_THROWS_MATCHES(
+      dense(xi, wi, nullptr, UnaryOp::kExp), DTypeError,
+      Catch::Message("[dense] activation exp does not support i32: i32[2,3] x i32[3,4]"));
   Tensor bad_dtype = Tensor::zeros({4}, DType::kF64);
   CHECK_THROWS_MATCHES(dense(x, w, &bad_dtype, std::nullopt), DTypeError,
                        Catch::Message("[dense] bias f64[4] does not match output f32[2,4]"));
@@ -764,6 +772,12 @@ TEST_CASE("matmul errors name both operands") {
   CHECK_THROWS_MATCHES(
       matmul(Tensor::zeros({2, 2, 3}, DType::kF32), Tensor::zeros({5, 3, 4}, DType::kF32)),
       ShapeError, Catch::Message("[matmul] batch dims do not broadcast: f32[2,2,3] x f32[5,3,4]"));
+  // Zero-sized operands, so nothing is allocated, but m does not fit BLAS's int.
+  CHECK_THROWS_MATCHES(
+      matmul(Tensor::zeros({int64_t{1} << 31, 0}, DType::kF32), Tensor::zeros({0, 1}, DType::kF32)),
+      InvalidArgumentError,
+      Catch::Message(
+          "[matmul] matrix dims exceed the BLAS int range: f32[2147483648,0] x f32[0,1]"));
   MatmulOptions negative;
   negative.blas_threads = -1;
   CHECK_THROWS_MATCHES(matmul(a, Tensor::zeros({3, 4}, DType::kF32), negative),
@@ -1293,6 +1307,9 @@ TEST_CASE("layer_norm errors") {
   CHECK_THROWS_MATCHES(layer_norm_grad(Tensor::zeros({2, 3}, DType::kF32), x, g, r.mean, r.rstd),
                        ShapeError,
                        Catch::Message("[layer_norm_grad] dy f32[2,3] does not match x f32[2,4]"));
+  CHECK_THROWS_MATCHES(layer_norm_grad(Tensor::zeros({2, 4}, DType::kF64), x, g, r.mean, r.rstd),
+                       DTypeError,
+                       Catch::Message("[layer_norm_grad] dy f64[2,4] does not match x f32[2,4]"));
   CHECK_THROWS_MATCHES(
       layer_norm_grad(x, x, g, Tensor::zeros({2}, DType::kF32), r.rstd), ShapeError,
       Catch::Message(
@@ -1493,6 +1510,15 @@ TEST_CASE("gather and scatter_add are adjoint") {
   CHECK_THROWS_MATCHES(
       scatter_add({5}, Tensor::zeros({1}, DType::kI32), Tensor::zeros({1}, DType::kF32), -2),
       InvalidArgumentError, Catch::Message("[scatter_add] axis -2 is out of range for [5]"));
+  CHECK_THROWS_MATCHES(
+      scatter_add({5}, Tensor::zeros({1}, DType::kF32), Tensor::zeros({1}, DType::kF32), 0),
+      DTypeError, Catch::Message("[scatter_add] indices must be i32 or i64, got f32[1]"));
+  CHECK_THROWS_MATCHES(
+      scatter_add({}, Tensor::zeros({1}, DType::kI32), Tensor::zeros({1}, DType::kF32), 0),
+      ShapeError, Catch::Message("[scatter_add] output shape must have rank >= 1, got []"));
+  CHECK_THROWS_MATCHES(
+      scatter_add({-5}, Tensor::zeros({1}, DType::kI32), Tensor::zeros({1}, DType::kF32), 0),
+      ShapeError, Catch::Message("[scatter_add] negative dim in shape [-5]"));
   // Repeated indices accumulate.
   check_values(
       scatter_add({3}, make({3}, DType::kI64, {1, 1, 0}), make({3}, DType::kF32, {1, 2, 4}), 0),

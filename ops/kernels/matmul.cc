@@ -23,8 +23,8 @@ std::string operand(const Tensor& t, bool transposed) {
 struct MatmulShape {
   int64_t m = 0, n = 0, k = 0;
   Shape batch;                         // broadcast batch shape
-  std::vector<int64_t> a_batch_index;  // per output batch: the matrix of a (and of b) it uses
-  std::vector<int64_t> b_batch_index;
+  std::vector<int64_t> a_batch_index;  // per output batch: the matrix of a (and of b) it uses;
+  std::vector<int64_t> b_batch_index;  // empty when the output is empty
   Shape out;
 
   int64_t batch_count() const { return static_cast<int64_t>(a_batch_index.size()); }
@@ -86,9 +86,7 @@ MatmulShape matmul_shape(const char* op, const Tensor& a, const Tensor& b,
   }
   Shape a_batch(a.shape().begin(), a.shape().end() - 2);
   Shape b_batch(b.shape().begin(), b.shape().end() - 2);
-  try {
-    s.batch = broadcast_shapes(a_batch, b_batch, op);
-  } catch (const ShapeError&) {
+  if (!internal::try_broadcast_shapes(a_batch, b_batch, &s.batch)) {
     throw_error<ShapeError>(op, "batch dims do not broadcast: {} x {}", operand(a, ta),
                             operand(b, tb));
   }
@@ -97,11 +95,14 @@ MatmulShape matmul_shape(const char* op, const Tensor& a, const Tensor& b,
     throw_error<InvalidArgumentError>(op, "matrix dims exceed the BLAS int range: {} x {}",
                                       operand(a, ta), operand(b, tb));
   }
-  s.a_batch_index = batch_indices(s.batch, a_batch);
-  s.b_batch_index = batch_indices(s.batch, b_batch);
   s.out = s.batch;
   s.out.push_back(s.m);
   s.out.push_back(s.n);
+  // An empty result needs no batches (and its batch dims may be huge when m or n is 0).
+  if (num_elements(s.out) > 0) {
+    s.a_batch_index = batch_indices(s.batch, a_batch);
+    s.b_batch_index = batch_indices(s.batch, b_batch);
+  }
   return s;
 }
 
@@ -288,6 +289,11 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
   if (bias != nullptr && bias->shape() != Shape{s.n}) {
     throw_error<ShapeError>("dense", "bias {} does not match output {}{}", describe(*bias),
                             dtype_name(x.dtype()), shape_to_string(s.out));
+  }
+  if (activation && !internal::unary_supports(*activation, x.dtype())) {
+    throw_error<DTypeError>("dense", "activation {} does not support {}: {} x {}",
+                            unary_op_name(*activation), dtype_name(x.dtype()),
+                            operand(x, options.transpose_a), operand(w, options.transpose_b));
   }
   if (x.dtype() == DType::kBF16) {
     const Tensor fb = bias ? internal::bf16_to_f32(*bias) : Tensor();

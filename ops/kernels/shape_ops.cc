@@ -46,7 +46,7 @@ void for_each_offset(const std::vector<Dim>& dims, Fn&& fn) {
 template <typename U>
 void transpose_tile(const U* __restrict in, U* __restrict out, int64_t rows_a, int64_t cols_b,
                     int64_t in_stride, int64_t out_stride) {
-  constexpr int64_t kTile = 32;
+  constexpr int64_t kTile = 8;
   for (int64_t a0 = 0; a0 < rows_a; a0 += kTile) {
     const int64_t a1 = std::min(rows_a, a0 + kTile);
     for (int64_t b0 = 0; b0 < cols_b; b0 += kTile) {

@@ -74,6 +74,19 @@ void stats(const T* x, const AxisView& v, std::vector<T>& shift, std::vector<dou
 
 enum class Kind { kSoftmax, kLogSoftmax };
 
+// One contiguous run of the output: softmax scales the exps already in `out` by f (1/sum),
+// log_softmax writes in - f (the lse). S is 1 when every element has its own factor, 0 when the
+// run shares one.
+template <int64_t S, typename T>
+void finish_run(Kind kind, const T* __restrict in, T* __restrict out, const T* __restrict f,
+                int64_t n) {
+  if (kind == Kind::kSoftmax) {
+    for (int64_t j = 0; j < n; ++j) out[j] *= f[j * S];
+  } else {
+    for (int64_t j = 0; j < n; ++j) out[j] = in[j] - f[j * S];
+  }
+}
+
 template <typename T>
 void softmax_typed(Kind kind, const Tensor& x, Tensor& y, const AxisView& v) {
   std::vector<T> shift;
@@ -81,8 +94,7 @@ void softmax_typed(Kind kind, const Tensor& x, Tensor& y, const AxisView& v) {
   const T* px = x.data<T>();
   T* py = y.data<T>();
   stats<T>(px, v, shift, sum, kind == Kind::kSoftmax ? py : nullptr);
-  // Per (outer, inner) position: softmax multiplies by 1/sum, log_softmax subtracts the lse.
-  std::vector<T> factor(shift.size());
+  std::vector<T> factor(shift.size());  // per (outer, inner) position
   for (size_t i = 0; i < factor.size(); ++i) {
     factor[i] = kind == Kind::kSoftmax
                     ? static_cast<T>(1.0 / sum[i])
@@ -90,27 +102,13 @@ void softmax_typed(Kind kind, const Tensor& x, Tensor& y, const AxisView& v) {
   }
   const int64_t I = v.inner;
   for (int64_t o = 0; o < v.outer; ++o) {
-    const T* __restrict f = factor.data() + o * I;
+    const int64_t base = o * v.n * I;
+    if (I == 1) {  // the whole row shares one factor
+      finish_run<0>(kind, px + base, py + base, factor.data() + o, v.n);
+      continue;
+    }
     for (int64_t r = 0; r < v.n; ++r) {
-      const int64_t base = (o * v.n + r) * I;
-      T* __restrict out = py + base;
-      const T* __restrict in = px + base;
-      if (I == 1) {
-        // Contiguous rows: walk the whole row with its scalar factor.
-        const int64_t n = v.n;
-        const T fo = f[0];
-        if (kind == Kind::kSoftmax) {
-          for (int64_t j = 0; j < n; ++j) out[j] *= fo;
-        } else {
-          for (int64_t j = 0; j < n; ++j) out[j] = in[j] - fo;
-        }
-        break;
-      }
-      if (kind == Kind::kSoftmax) {
-        for (int64_t i = 0; i < I; ++i) out[i] *= f[i];
-      } else {
-        for (int64_t i = 0; i < I; ++i) out[i] = in[i] - f[i];
-      }
+      finish_run<1>(kind, px + base + r * I, py + base + r * I, factor.data() + o * I, I);
     }
   }
 }

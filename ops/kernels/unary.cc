@@ -32,8 +32,7 @@ bool integer_ok(UnaryOp op) {
 }
 
 void check_dtype(UnaryOp op, const Tensor& x) {
-  DType d = x.dtype();
-  if (d == DType::kBool || (is_integer(d) && !integer_ok(op))) {
+  if (!internal::unary_supports(op, x.dtype())) {
     internal::throw_unsupported(std::string(unary_op_name(op)).c_str(), x);
   }
 }
@@ -153,6 +152,10 @@ Tensor unary(UnaryOp op, const Tensor& x) {
 }
 
 namespace internal {
+
+bool unary_supports(UnaryOp op, DType dtype) {
+  return dtype != DType::kBool && (!is_integer(dtype) || integer_ok(op));
+}
 
 void unary_in_place(UnaryOp op, Tensor& t) {
   check_dtype(op, t);
