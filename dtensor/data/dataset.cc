@@ -1,0 +1,190 @@
+#include "dtensor/data/dataset.h"
+
+#include <utility>
+
+#include "dtensor/data/internal/batch_assembler.h"
+#include "dtensor/data/internal/prefetcher.h"
+#include "runtime/error.h"
+
+namespace dtensor::data {
+
+namespace {
+
+std::shared_ptr<const internal::Source> make_source(Tensor features, Tensor labels, Mesh mesh,
+                                                    std::string batch_dim) {
+  const char* fn = "Dataset";
+  if (features.dtype() != DType::kF32) {
+    throw_error<DTypeError>(fn, "features are {}, expected f32", features.to_string());
+  }
+  if (labels.dtype() != DType::kI32) {
+    throw_error<DTypeError>(fn, "labels are {}, expected i32", labels.to_string());
+  }
+  if (features.rank() < 1) {
+    throw_error<ShapeError>(fn, "features {} have no example dim", features.to_string());
+  }
+  if (labels.shape() != Shape{features.dim(0)}) {
+    throw_error<ShapeError>(fn, "labels {} must be [{}] for features {}", labels.to_string(),
+                            features.dim(0), features.to_string());
+  }
+  for (const Tensor* t : {&features, &labels}) {
+    if (t->device().type != DeviceType::kCPU) {
+      throw_error<InvalidArgumentError>(fn, "{} is not on the CPU", t->to_string());
+    }
+  }
+  if (mesh.device_type() != DeviceType::kCPU) {
+    throw_error<UnimplementedError>(fn, "mesh {} has {} devices; batches are built for CPU only",
+                                    mesh.dims_string(), device_type_name(mesh.device_type()));
+  }
+  if (!mesh.has_dim(batch_dim)) {
+    throw_error<InvalidArgumentError>(fn, "mesh {} has no dim '{}'", mesh.dims_string(), batch_dim);
+  }
+  Layout feature_layout = Layout::batch_sharded(mesh, batch_dim, features.rank());
+  Layout label_layout = Layout::batch_sharded(mesh, batch_dim, 1);
+  return std::make_shared<const internal::Source>(
+      internal::Source{std::move(features), std::move(labels), std::move(mesh),
+                       std::move(batch_dim), std::move(feature_layout), std::move(label_layout)});
+}
+
+}  // namespace
+
+struct Dataset::Impl {
+  std::shared_ptr<const internal::Source> source;
+  internal::Config config;
+  State position;
+  std::optional<internal::BatchAssembler> assembler;  // next() without prefetching
+  std::unique_ptr<internal::Prefetcher> prefetcher;   // last: stopped first
+
+  int64_t num_examples() const { return source->labels.dim(0); }
+  // Drops everything built under the old configuration or position (joins the prefetch thread).
+  void reset_pipeline() {
+    prefetcher.reset();
+    assembler.reset();
+  }
+};
+
+Dataset::Dataset(Tensor features, Tensor labels, Mesh mesh, std::string batch_dim)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->source =
+      make_source(std::move(features), std::move(labels), std::move(mesh), std::move(batch_dim));
+}
+
+Dataset::~Dataset() = default;
+Dataset::Dataset(Dataset&&) noexcept = default;
+Dataset& Dataset::operator=(Dataset&&) noexcept = default;
+
+Dataset& Dataset::shuffle(uint64_t seed) {
+  impl_->reset_pipeline();
+  impl_->config.shuffle_seed = seed;
+  return *this;
+}
+
+Dataset& Dataset::batch(int64_t global_batch_size, bool drop_remainder) {
+  if (global_batch_size < 1) {
+    throw_error<InvalidArgumentError>("Dataset::batch", "global batch size {} must be at least 1",
+                                      global_batch_size);
+  }
+  impl_->reset_pipeline();
+  impl_->config.batch_size = global_batch_size;
+  impl_->config.drop_remainder = drop_remainder;
+  return *this;
+}
+
+Dataset& Dataset::repeat(int64_t epochs) {
+  if (epochs < -1) {
+    throw_error<InvalidArgumentError>("Dataset::repeat",
+                                      "epochs {} must be -1 (for ever) or at least 0", epochs);
+  }
+  impl_->reset_pipeline();
+  impl_->config.epochs = epochs;
+  return *this;
+}
+
+Dataset& Dataset::cache() { return *this; }
+
+Dataset& Dataset::prefetch(int64_t depth) {
+  if (depth < 0) {
+    throw_error<InvalidArgumentError>("Dataset::prefetch", "depth {} must be at least 0", depth);
+  }
+  impl_->reset_pipeline();
+  impl_->config.prefetch_depth = depth;
+  return *this;
+}
+
+Dataset& Dataset::map(MapFn fn) {
+  impl_->reset_pipeline();
+  impl_->config.map = std::move(fn);
+  return *this;
+}
+
+std::optional<Batch> Dataset::next() {
+  Impl& m = *impl_;
+  if (m.config.batch_size == 0) {
+    throw_error<InvalidArgumentError>("Dataset::next",
+                                      "no batch size: call batch(global_batch_size) first");
+  }
+  if (!internal::normalize(m.position, m.num_examples(), m.config)) {
+    m.reset_pipeline();
+    return std::nullopt;
+  }
+  if (m.config.prefetch_depth == 0) {
+    if (!m.assembler) m.assembler.emplace(m.source, m.config);
+    Batch batch = m.assembler->build(m.position.epoch, m.position.batch);
+    ++m.position.batch;
+    return batch;
+  }
+  if (!m.prefetcher) {
+    m.prefetcher = std::make_unique<internal::Prefetcher>(
+        internal::BatchAssembler(m.source, m.config), m.num_examples(), m.config, m.position,
+        m.config.prefetch_depth);
+  }
+  std::optional<Batch> batch;
+  try {
+    batch = m.prefetcher->pop();
+  } catch (...) {
+    m.prefetcher.reset();  // it has ended; the next call retries from the same position
+    throw;
+  }
+  DTENSOR_CHECK(batch && batch->epoch == m.position.epoch && batch->index == m.position.batch);
+  m.position.batch = batch->index + 1;
+  return batch;
+}
+
+int64_t Dataset::num_examples() const { return impl_->num_examples(); }
+
+int64_t Dataset::batches_per_epoch() const {
+  return internal::batches_per_epoch(impl_->num_examples(), impl_->config);
+}
+
+const Mesh& Dataset::mesh() const { return impl_->source->mesh; }
+
+const std::string& Dataset::batch_dim() const { return impl_->source->batch_dim; }
+
+Dataset::State Dataset::state() const {
+  State state = impl_->position;
+  internal::normalize(state, impl_->num_examples(), impl_->config);
+  return state;
+}
+
+void Dataset::restore(State state) {
+  const char* fn = "Dataset::restore";
+  const internal::Config& config = impl_->config;
+  if (config.batch_size == 0) {
+    throw_error<InvalidArgumentError>(fn, "no batch size: call batch(global_batch_size) first");
+  }
+  if (state.epoch < 0 || state.batch < 0) {
+    throw_error<InvalidArgumentError>(fn, "position (epoch {}, batch {}) is negative", state.epoch,
+                                      state.batch);
+  }
+  const int64_t per_epoch = batches_per_epoch();
+  if (state.batch > 0 && state.batch >= per_epoch) {
+    throw_error<InvalidArgumentError>(
+        fn,
+        "batch {} is past the end of an epoch of {} batches ({} examples, global batch size {}{})",
+        state.batch, per_epoch, impl_->num_examples(), config.batch_size,
+        config.drop_remainder ? ", remainder dropped" : "");
+  }
+  impl_->reset_pipeline();
+  impl_->position = state;
+}
+
+}  // namespace dtensor::data

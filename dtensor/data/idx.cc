@@ -1,0 +1,180 @@
+#include "dtensor/data/idx.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <limits>
+
+#include "runtime/error.h"
+
+namespace dtensor::data {
+
+namespace {
+
+constexpr uint8_t kTypeU8 = 0x08;
+
+// An open gzip or raw file (gzread passes raw files through), closed on scope exit.
+class GzReader {
+ public:
+  GzReader(const std::string& path, const char* function) : path_(path), function_(function) {
+    errno = 0;
+    file_ = gzopen(path.c_str(), "rb");
+    if (file_ == nullptr) {
+      const char* reason = errno != 0 ? std::strerror(errno) : "out of memory";
+      throw_error<IoError>(function_, "cannot open '{}': {}", path_, reason);
+    }
+    gzbuffer(file_, 1 << 17);
+  }
+  ~GzReader() { gzclose(file_); }
+  GzReader(const GzReader&) = delete;
+  GzReader& operator=(const GzReader&) = delete;
+
+  // Reads up to `n` bytes; fewer only at the end of the data (a truncated gzip stream included,
+  // which the caller reports with the byte counts).
+  int64_t read(void* dst, int64_t n) {
+    int64_t done = 0;
+    while (done < n) {
+      const unsigned chunk = static_cast<unsigned>(std::min<int64_t>(n - done, INT_MAX / 2));
+      const int got = gzread(file_, static_cast<char*>(dst) + done, chunk);
+      if (got < 0) fail();
+      if (got == 0) break;
+      done += got;
+    }
+    int err = Z_OK;
+    gzerror(file_, &err);
+    if (err != Z_OK && err != Z_BUF_ERROR) fail();  // Z_BUF_ERROR: the stream ends early
+    return done;
+  }
+
+ private:
+  [[noreturn]] void fail() {
+    // zlib's message (strerror for system errors) starts with the path: name the file once.
+    int err = Z_OK;
+    std::string reason = gzerror(file_, &err);
+    const std::string prefix = path_ + ": ";
+    if (reason.compare(0, prefix.size(), prefix) == 0) reason.erase(0, prefix.size());
+    throw_error<IoError>(function_, "cannot read '{}': {}", path_, reason);
+  }
+
+  std::string path_;
+  const char* function_;
+  gzFile file_ = nullptr;
+};
+
+IdxArray read_idx_for(const std::string& path, const char* function) {
+  GzReader file(path, function);
+  std::array<uint8_t, 4> magic{};
+  int64_t got = file.read(magic.data(), 4);
+  if (got < 4) {
+    throw_error<IoError>(function, "'{}' is truncated: its header needs 4 bytes, the file has {}",
+                         path, got);
+  }
+  if (magic[0] != 0 || magic[1] != 0) {
+    throw_error<IoError>(function,
+                         "'{}' is not an IDX file: magic number 0x{:02x}{:02x}{:02x}{:02x} does "
+                         "not start with two zero bytes",
+                         path, magic[0], magic[1], magic[2], magic[3]);
+  }
+  if (magic[2] != kTypeU8) {
+    throw_error<IoError>(function,
+                         "'{}' has unsupported type 0x{:02x} (only 0x08, unsigned byte, is "
+                         "supported)",
+                         path, magic[2]);
+  }
+  const int64_t ndims = magic[3];
+  std::vector<uint8_t> dims_bytes(static_cast<size_t>(4 * ndims));
+  got = file.read(dims_bytes.data(), 4 * ndims);
+  if (got < 4 * ndims) {
+    throw_error<IoError>(function, "'{}' is truncated: its header needs {} bytes, the file has {}",
+                         path, 4 + 4 * ndims, 4 + got);
+  }
+  IdxArray array;
+  int64_t total = 1;
+  for (int64_t d = 0; d < ndims; ++d) {
+    const uint8_t* b = &dims_bytes[static_cast<size_t>(4 * d)];
+    const int64_t size =
+        (int64_t{b[0]} << 24) | (int64_t{b[1]} << 16) | (int64_t{b[2]} << 8) | b[3];
+    array.shape.push_back(size);
+    if (size != 0 && total > (std::numeric_limits<int64_t>::max() >> 1) / size) {
+      throw_error<IoError>(function, "'{}' declares a shape {} of more than 2^62 bytes", path,
+                           shape_to_string(array.shape));
+    }
+    total *= size;
+  }
+  // Grow geometrically rather than trusting the header with one allocation: a corrupt header
+  // must not reserve terabytes before the read finds out the file is short.
+  int64_t have = 0;
+  while (have < total) {
+    const int64_t next = std::min(total, have + std::max<int64_t>(have, int64_t{1} << 20));
+    array.data.resize(static_cast<size_t>(next));
+    const int64_t n = file.read(array.data.data() + have, next - have);
+    have += n;
+    if (have < next) {
+      throw_error<IoError>(function,
+                           "'{}' is truncated: shape {} needs {} bytes of data, the file has {}",
+                           path, shape_to_string(array.shape), total, have);
+    }
+  }
+  std::array<uint8_t, 4096> rest;
+  int64_t extra = 0;
+  while (int64_t n = file.read(rest.data(), static_cast<int64_t>(rest.size()))) extra += n;
+  if (extra > 0) {
+    throw_error<IoError>(function, "'{}' has {} bytes after the end of its {} array", path, extra,
+                         shape_to_string(array.shape));
+  }
+  return array;
+}
+
+}  // namespace
+
+IdxArray read_idx(const std::string& path) { return read_idx_for(path, "read_idx"); }
+
+MnistSplit load_mnist(const std::string& images_path, const std::string& labels_path,
+                      int64_t offset, int64_t limit) {
+  const char* fn = "load_mnist";
+  if (limit < -1) {
+    throw_error<InvalidArgumentError>(fn, "limit {} must be -1 (all) or at least 0", limit);
+  }
+  IdxArray images = read_idx_for(images_path, fn);
+  if (images.shape.size() != 3) {
+    throw_error<IoError>(fn, "'{}' holds an array of shape {}, expected images [n,rows,cols]",
+                         images_path, shape_to_string(images.shape));
+  }
+  IdxArray labels = read_idx_for(labels_path, fn);
+  if (labels.shape.size() != 1) {
+    throw_error<IoError>(fn, "'{}' holds an array of shape {}, expected labels [n]", labels_path,
+                         shape_to_string(labels.shape));
+  }
+  const int64_t n = images.shape[0];
+  if (labels.shape[0] != n) {
+    throw_error<IoError>(fn, "'{}' holds {} images but '{}' holds {} labels", images_path, n,
+                         labels_path, labels.shape[0]);
+  }
+  if (offset < 0 || offset > n) {
+    throw_error<InvalidArgumentError>(
+        fn, "offset {} is outside [0, {}] (the files hold {} examples)", offset, n, n);
+  }
+  if (limit == -1) limit = n - offset;
+  if (limit > n - offset) {
+    throw_error<InvalidArgumentError>(
+        fn, "examples [{}, {}) go past the {} examples the files hold", offset, offset + limit, n);
+  }
+
+  const int64_t pixels = images.shape[1] * images.shape[2];
+  std::array<float, 256> scale{};
+  for (int v = 0; v < 256; ++v) scale[static_cast<size_t>(v)] = static_cast<float>(v) / 255.0f;
+  MnistSplit split{Tensor::empty({limit, pixels}, DType::kF32),
+                   Tensor::empty({limit}, DType::kI32)};
+  float* x = split.images.data<float>();
+  const uint8_t* src = images.data.data() + offset * pixels;
+  for (int64_t i = 0; i < limit * pixels; ++i) x[i] = scale[src[i]];
+  int32_t* y = split.labels.data<int32_t>();
+  for (int64_t i = 0; i < limit; ++i) y[i] = labels.data[static_cast<size_t>(offset + i)];
+  return split;
+}
+
+}  // namespace dtensor::data

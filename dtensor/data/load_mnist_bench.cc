@@ -1,0 +1,73 @@
+// Times load_mnist (and synthetic_digits) and prints what was loaded.
+//
+//   tools/bazel run //dtensor/data:load_mnist_bench -- IMAGES LABELS [OFFSET LIMIT]
+//   tools/bazel run //dtensor/data:load_mnist_bench -- --synthetic N
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "dtensor/data/idx.h"
+
+namespace {
+
+template <typename Fn>
+double best_ms(int repeats, Fn&& fn) {
+  double best = 1e30;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    const std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now() - start;
+    best = std::min(best, took.count());
+  }
+  return best;
+}
+
+void describe(const dtensor::data::MnistSplit& split) {
+  const int64_t n = split.labels.dim(0);
+  std::vector<int64_t> counts(256, 0);
+  for (int64_t i = 0; i < n; ++i) ++counts[static_cast<size_t>(split.labels.data<int32_t>()[i])];
+  double sum = 0;
+  const float* x = split.images.data<float>();
+  for (int64_t i = 0; i < split.images.num_elements(); ++i) sum += x[i];
+  fmt::print("images {}, labels {}, mean pixel {:.4f}\nlabel counts:", split.images.to_string(),
+             split.labels.to_string(),
+             n > 0 ? sum / static_cast<double>(split.images.num_elements()) : 0.0);
+  for (int c = 0; c < 10; ++c) fmt::print(" {}:{}", c, counts[static_cast<size_t>(c)]);
+  fmt::print("\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace dtensor::data;
+  try {
+    if (argc == 3 && std::string(argv[1]) == "--synthetic") {
+      const int64_t n = std::atoll(argv[2]);
+      MnistSplit split;
+      const double ms = best_ms(3, [&] { split = synthetic_digits(n, 1); });
+      fmt::print("synthetic_digits({}): {:.1f} ms\n", n, ms);
+      describe(split);
+      return 0;
+    }
+    if (argc != 3 && argc != 5) {
+      fmt::print(stderr, "usage: {} IMAGES LABELS [OFFSET LIMIT] | --synthetic N\n", argv[0]);
+      return 2;
+    }
+    const int64_t offset = argc == 5 ? std::atoll(argv[3]) : 0;
+    const int64_t limit = argc == 5 ? std::atoll(argv[4]) : -1;
+    MnistSplit split;
+    const double read_ms = best_ms(1, [&] { read_idx(argv[1]); });
+    const double ms = best_ms(5, [&] { split = load_mnist(argv[1], argv[2], offset, limit); });
+    fmt::print("read_idx(images), first call: {:.1f} ms\nload_mnist, best of 5: {:.1f} ms\n",
+               read_ms, ms);
+    describe(split);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

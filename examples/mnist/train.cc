@@ -1,0 +1,252 @@
+// The seed experiment: an MLP (784-700-500-10) trained with Adam on MNIST over a mesh of virtual
+// CPU devices, printing training and test loss and accuracy per epoch (TF DTensor's DTensor ML
+// tutorial, in C++).
+//
+//   tools/bazel run //examples/mnist:train                          # synthetic digits, batch=8
+//   tools/bazel run //examples/mnist:train -- --data_dir=/path/to/mnist --plot=/tmp/m.png
+//   tools/bazel run //examples/mnist:train -- --mesh=batch=2,model=4
+//
+// Flags (--name=value): data_dir, train_limit, test_limit, mesh, epochs, batch_size, lr, seed,
+// metrics_out (one JSON object per epoch), plot (PNG of loss and accuracy per epoch: blue train,
+// orange test). With --data_dir, the four standard MNIST files (gz or raw) are read; when only
+// the t10k files are there, examples [0, 5000) train and [5000, 10000) test.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "dtensor/data/dataset.h"
+#include "dtensor/data/idx.h"
+#include "dtensor/optim/optimizers.h"
+#include "dtensor/virtual_devices.h"
+#include "examples/mnist/model.h"
+#include "examples/mnist/plot.h"
+#include "ops/autograd.h"
+#include "ops/ops.h"
+
+namespace {
+
+using namespace dtensor;
+
+struct Flags {
+  std::string data_dir;
+  int64_t train_limit = -1;
+  int64_t test_limit = -1;
+  std::string mesh = "batch=8";
+  int64_t epochs = 3;
+  int64_t batch_size = 128;
+  double lr = 1e-3;
+  uint64_t seed = 22;
+  std::string metrics_out;
+  std::string plot;
+};
+
+Flags parse_flags(int argc, char** argv) {
+  Flags f;
+  std::map<std::string, std::string> given;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) != 0 || eq == std::string::npos) {
+      throw_error<InvalidArgumentError>("train", "expected --name=value, got '{}'", arg);
+    }
+    given[arg.substr(2, eq - 2)] = arg.substr(eq + 1);
+  }
+  for (const auto& [name, value] : given) {
+    if (name == "data_dir")
+      f.data_dir = value;
+    else if (name == "train_limit")
+      f.train_limit = std::stoll(value);
+    else if (name == "test_limit")
+      f.test_limit = std::stoll(value);
+    else if (name == "mesh")
+      f.mesh = value;
+    else if (name == "epochs")
+      f.epochs = std::stoll(value);
+    else if (name == "batch_size")
+      f.batch_size = std::stoll(value);
+    else if (name == "lr")
+      f.lr = std::stod(value);
+    else if (name == "seed")
+      f.seed = std::stoull(value);
+    else if (name == "metrics_out")
+      f.metrics_out = value;
+    else if (name == "plot")
+      f.plot = value;
+    else
+      throw_error<InvalidArgumentError>("train", "unknown flag --{}", name);
+  }
+  return f;
+}
+
+std::string find_file(const std::string& dir, const std::string& name) {
+  for (const std::string& candidate : {dir + "/" + name + ".gz", dir + "/" + name}) {
+    if (std::filesystem::exists(candidate)) return candidate;
+  }
+  return "";
+}
+
+struct Splits {
+  data::MnistSplit train, test;
+  std::string source;
+};
+
+Splits load(const Flags& f) {
+  if (f.data_dir.empty()) {
+    int64_t n_train = f.train_limit > 0 ? f.train_limit : 5000;
+    int64_t n_test = f.test_limit > 0 ? f.test_limit : 1000;
+    return {data::synthetic_digits(n_train, f.seed), data::synthetic_digits(n_test, f.seed + 1),
+            "synthetic digits"};
+  }
+  std::string test_images = find_file(f.data_dir, "t10k-images-idx3-ubyte");
+  std::string test_labels = find_file(f.data_dir, "t10k-labels-idx1-ubyte");
+  std::string train_images = find_file(f.data_dir, "train-images-idx3-ubyte");
+  std::string train_labels = find_file(f.data_dir, "train-labels-idx1-ubyte");
+  if (test_images.empty() || test_labels.empty()) {
+    throw_error<IoError>("train",
+                         "no t10k-images-idx3-ubyte[.gz] and t10k-labels-idx1-ubyte[.gz] in '{}'",
+                         f.data_dir);
+  }
+  if (!train_images.empty() && !train_labels.empty()) {
+    return {data::load_mnist(train_images, train_labels, 0, f.train_limit),
+            data::load_mnist(test_images, test_labels, 0, f.test_limit), "MNIST train/t10k"};
+  }
+  // Only the test set: its first half trains, its second half tests (the seed's split).
+  int64_t n_train = f.train_limit > 0 ? std::min<int64_t>(f.train_limit, 5000) : 5000;
+  int64_t n_test = f.test_limit > 0 ? std::min<int64_t>(f.test_limit, 5000) : 5000;
+  return {data::load_mnist(test_images, test_labels, 0, n_train),
+          data::load_mnist(test_images, test_labels, 5000, n_test), "MNIST t10k split 5000/5000"};
+}
+
+struct EpochMetrics {
+  double loss = 0, accuracy = 0;
+};
+
+// Sum of per-example losses and of correct predictions in one batch.
+std::pair<double, double> batch_sums(const DTensor& logits, const DTensor& labels) {
+  DTensor loss = reduce_sum(sparse_softmax_cross_entropy(logits, labels));
+  DTensor correct =
+      reduce_sum(cast(equal(cast(argmax(logits, 1), DType::kI32), labels), DType::kF32));
+  return {to_global(loss).data<float>()[0], to_global(correct).data<float>()[0]};
+}
+
+class Progress {
+ public:
+  Progress(int64_t epoch, int64_t epochs, int64_t total)
+      : epoch_(epoch), epochs_(epochs), total_(total), tty_(isatty(fileno(stderr))) {}
+  void update(int64_t done, double loss) {
+    if (!tty_) return;
+    const int width = 30;
+    int filled = total_ > 0 ? static_cast<int>(width * done / total_) : width;
+    std::fprintf(stderr, "\rEpoch %lld/%lld [%s%s] %lld/%lld loss %.4f",
+                 static_cast<long long>(epoch_), static_cast<long long>(epochs_),
+                 std::string(filled, '=').c_str(), std::string(width - filled, ' ').c_str(),
+                 static_cast<long long>(done), static_cast<long long>(total_), loss);
+  }
+  void finish() {
+    if (tty_) std::fprintf(stderr, "\r\033[K");
+  }
+
+ private:
+  int64_t epoch_, epochs_, total_;
+  bool tty_;
+};
+
+int run(int argc, char** argv) {
+  Flags flags = parse_flags(argc, argv);
+  std::vector<MeshDim> dims = parse_mesh_dims(flags.mesh);
+  int64_t devices = 1;
+  for (const MeshDim& d : dims) devices *= d.size;
+  configure_virtual_cpus(devices);
+  Mesh mesh = create_mesh(dims);
+  const std::string batch_dim = dims[0].name;
+  Splits data = load(flags);
+  std::printf("data: %s, %lld train / %lld test examples; mesh %s; batch %lld; %lld epochs\n",
+              data.source.c_str(), static_cast<long long>(data.train.labels.num_elements()),
+              static_cast<long long>(data.test.labels.num_elements()), mesh.dims_string().c_str(),
+              static_cast<long long>(flags.batch_size), static_cast<long long>(flags.epochs));
+
+  examples::Mlp model(mesh, {784, 700, 500, 10}, flags.seed);
+  Adam optimizer(flags.lr);
+  std::vector<DVariable> vars = model.variables();
+
+  data::Dataset train(data.train.images, data.train.labels, mesh, batch_dim);
+  train.shuffle(flags.seed).batch(flags.batch_size).repeat(flags.epochs).prefetch(2);
+  data::Dataset test(data.test.images, data.test.labels, mesh, batch_dim);
+  test.batch(flags.batch_size).repeat(1);
+
+  std::ofstream metrics;
+  if (!flags.metrics_out.empty()) metrics.open(flags.metrics_out);
+  std::vector<double> train_loss, train_acc, test_loss, test_acc;
+  for (int64_t epoch = 0; epoch < flags.epochs; ++epoch) {
+    auto start = std::chrono::steady_clock::now();
+    Progress progress(epoch + 1, flags.epochs, train.batches_per_epoch());
+    double loss_sum = 0, correct = 0;
+    int64_t seen = 0, step = 0;
+    for (int64_t b = 0; b < train.batches_per_epoch(); ++b) {
+      std::optional<data::Batch> batch = train.next();
+      GradientTape tape;
+      for (const DVariable& v : vars) tape.watch(v);
+      DTensor logits = model(batch->features);
+      DTensor loss = reduce_mean(sparse_softmax_cross_entropy(logits, batch->labels));
+      std::vector<DTensor> grads = tape.gradient(loss, vars);
+      optimizer.apply(vars, grads);
+      auto [l, c] = batch_sums(logits, batch->labels);
+      loss_sum += l;
+      correct += c;
+      seen += batch->size;
+      progress.update(++step, loss_sum / seen);
+    }
+    progress.finish();
+    EpochMetrics tr{loss_sum / std::max<int64_t>(seen, 1), correct / std::max<int64_t>(seen, 1)};
+    test.restore({0, 0});
+    double test_loss_sum = 0, test_correct = 0;
+    int64_t test_seen = 0;
+    while (auto batch = test.next()) {
+      auto [l, c] = batch_sums(model(batch->features), batch->labels);
+      test_loss_sum += l;
+      test_correct += c;
+      test_seen += batch->size;
+    }
+    EpochMetrics te{test_loss_sum / std::max<int64_t>(test_seen, 1),
+                    test_correct / std::max<int64_t>(test_seen, 1)};
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("epoch %lld: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.1fs\n",
+                static_cast<long long>(epoch + 1), tr.loss, tr.accuracy, te.loss, te.accuracy,
+                seconds);
+    std::fflush(stdout);
+    if (metrics.is_open()) {
+      metrics << "{\"epoch\":" << epoch + 1 << ",\"train_loss\":" << tr.loss
+              << ",\"train_acc\":" << tr.accuracy << ",\"test_loss\":" << te.loss
+              << ",\"test_acc\":" << te.accuracy << "}\n";
+      metrics.flush();
+    }
+    train_loss.push_back(tr.loss);
+    train_acc.push_back(tr.accuracy);
+    test_loss.push_back(te.loss);
+    test_acc.push_back(te.accuracy);
+  }
+  if (!flags.plot.empty()) {
+    examples::write_line_chart_png(flags.plot,
+                                   {{"loss", {{"train", train_loss}, {"test", test_loss}}},
+                                    {"accuracy", {{"train", train_acc}, {"test", test_acc}}}});
+    std::printf("plot: %s\n", flags.plot.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}
