@@ -1,6 +1,7 @@
 // Median training-step time (forward, backward, Adam) of the seed MLP (784-700-500-10) at global
 // batch 128, for the meshes batch=1, batch=8 and batch=2,model=4, measured in one run.
 #include <chrono>
+#include <string>
 
 #include "bench/report.h"
 #include "dtensor/creation.h"
@@ -9,9 +10,11 @@
 #include "ops/autograd.h"
 #include "ops/ops.h"
 
-int main() {
+// With an argument, only that mesh (for profiling): train_step batch=8
+int main(int argc, char** argv) {
   using namespace dtensor;
   for (const char* spec : {"batch=1", "batch=8", "batch=2,model=4"}) {
+    if (argc > 1 && std::string(argv[1]) != spec) continue;
     Mesh mesh = Mesh::create(parse_mesh_dims(spec), DeviceType::kCPU);
     examples::Mlp model(mesh, {784, 700, 500, 10}, 22);
     std::vector<DVariable> vars = model.variables();

@@ -4,6 +4,7 @@
 
 #include "dtensor/creation.h"
 #include "dtensor/relayout.h"
+#include "runtime/thread_pool.h"
 
 namespace dtensor {
 
@@ -184,23 +185,35 @@ void Adam::update(const Tensor& var, const Tensor& grad, const std::vector<Tenso
   const double eps_hat = epsilon_ * std::sqrt(1 - std::pow(beta2_, static_cast<double>(step)));
   for_float(var, [&](auto zero) {
     using T = decltype(zero);
-    const T* w = var.data<T>();
-    const T* g = grad.data<T>();
-    const T* m = slots[0].data<T>();
-    const T* v = slots[1].data<T>();
-    T* w_out = var_out.data<T>();
-    T* m_out = slots_out[0].data<T>();
-    T* v_out = slots_out[1].data<T>();
+    const T* __restrict w = var.data<T>();
+    const T* __restrict g = grad.data<T>();
+    const T* __restrict m = slots[0].data<T>();
+    const T* __restrict v = slots[1].data<T>();
+    T* __restrict w_out = var_out.data<T>();
+    T* __restrict m_out = slots_out[0].data<T>();
+    T* __restrict v_out = slots_out[1].data<T>();
     const T b1 = static_cast<T>(beta1_), b2 = static_cast<T>(beta2_);
     const T lr_t = static_cast<T>(lr * correction), eps = static_cast<T>(eps_hat);
     const T decay = static_cast<T>(1 - lr * weight_decay_);
+    auto part = [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        T mi = b1 * m[i] + (1 - b1) * g[i];
+        T vi = b2 * v[i] + (1 - b2) * g[i] * g[i];
+        m_out[i] = mi;
+        v_out[i] = vi;
+        w_out[i] = w[i] * decay - lr_t * mi / (std::sqrt(vi) + eps);
+      }
+    };
     const int64_t n = var.num_elements();
-    for (int64_t i = 0; i < n; ++i) {
-      T mi = b1 * m[i] + (1 - b1) * g[i];
-      T vi = b2 * v[i] + (1 - b2) * g[i] * g[i];
-      m_out[i] = mi;
-      v_out[i] = vi;
-      w_out[i] = w[i] * decay - lr_t * mi / (std::sqrt(vi) + eps);
+    ThreadPool& pool = ThreadPool::global();
+    if (n < (1 << 16) || ThreadPool::in_worker()) {
+      part(0, n);
+    } else {
+      const int64_t parts = pool.num_threads();
+      pool.parallel_for(parts, [&](int64_t p) {
+        ShardRange r = chunk_range(n, parts, p);
+        part(r.offset, r.offset + r.size);
+      });
     }
   });
 }
