@@ -160,6 +160,12 @@ DTensor distribute(const Tensor& global, const Layout& layout) {
   return layout.is_partial() ? relayout(value, layout) : value;
 }
 
+void DTensor::throw_bad_shard_index(int64_t local_index) const {
+  throw_error<InvalidArgumentError>("DTensor::shard",
+                                    "local index {} is out of range: {} has {} local shards",
+                                    local_index, to_string(), shards_.size());
+}
+
 Tensor to_global(const DTensor& tensor) {
   const Mesh& mesh = tensor.mesh();
   const Layout& layout = tensor.layout();
@@ -179,11 +185,11 @@ Tensor to_global(const DTensor& tensor) {
     if (!first_replica) continue;
     Tensor value = tensor.shard(mesh.local_index(id));
     if (group.size() > 1) {
-      value = value.clone();
-      for (size_t i = 1; i < group.size(); ++i) {
-        // All partial dims of a layout share one op, so the order of the terms does not matter.
-        reduce_into(value, tensor.shard(mesh.local_index(group[i])), layout.partial()[0].op);
-      }
+      // All partial dims of a layout share one op; the pairwise order gives the bits an
+      // all-reduce gives.
+      std::vector<Tensor> terms;
+      for (int64_t member : group) terms.push_back(tensor.shard(mesh.local_index(member)));
+      value = reduce_tensors(terms, layout.partial()[0].op);
     }
     std::vector<int64_t> zero(static_cast<size_t>(tensor.rank()), 0);
     copy_box(value, zero, out, layout.shard_offset(tensor.shape(), id), value.shape());

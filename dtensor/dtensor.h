@@ -40,7 +40,13 @@ class DTensor {
   // Identity of this value: copies share it, every op result gets a new one. Autograd links
   // recorded ops through it.
   int64_t id() const { return id_; }
-  const Tensor& shard(int64_t local_index) const { return shards_[local_index]; }
+  // The shard of local device `local_index` (InvalidArgumentError when out of range).
+  const Tensor& shard(int64_t local_index) const {
+    if (local_index < 0 || local_index >= static_cast<int64_t>(shards_.size())) {
+      throw_bad_shard_index(local_index);
+    }
+    return shards_[static_cast<size_t>(local_index)];
+  }
 
   // "f32[784,700] sharding_specs:unsharded,unsharded, mesh:|batch=8|..."
   std::string to_string() const;
@@ -48,6 +54,7 @@ class DTensor {
   std::string short_string() const;
 
  private:
+  [[noreturn]] void throw_bad_shard_index(int64_t local_index) const;
   struct Trusted {};
   DTensor(Trusted, Shape shape, DType dtype, Layout layout, std::vector<Tensor> shards)
       : shape_(std::move(shape)),

@@ -11,6 +11,7 @@ using dtensor::testing::all_layouts;
 using dtensor::testing::distribute_with_terms;
 using dtensor::testing::integer_tensor;
 using dtensor::testing::standard_meshes;
+using dtensor::testing::test_mesh;
 
 namespace {
 
@@ -69,7 +70,7 @@ TEST_CASE("every pair of layouts round-trips bit for bit (partial and uneven inc
 }
 
 TEST_CASE("max and min partial layouts reduce exactly") {
-  Mesh mesh = Mesh::create({{"x", 2}, {"y", 4}}, DeviceType::kCPU);
+  Mesh mesh = test_mesh({{"x", 2}, {"y", 4}});
   Tensor x = integer_tensor({5, 7}, DType::kF32, 7);
   for (ReduceOp op : {ReduceOp::kMax, ReduceOp::kMin}) {
     std::vector<Layout> sources = {
@@ -87,7 +88,7 @@ TEST_CASE("max and min partial layouts reduce exactly") {
 }
 
 TEST_CASE("every dtype relayouts exactly") {
-  Mesh mesh = Mesh::create({{"x", 2}, {"y", 4}}, DeviceType::kCPU);
+  Mesh mesh = test_mesh({{"x", 2}, {"y", 4}});
   for (DType dtype : {DType::kF64, DType::kBF16, DType::kI32, DType::kI64, DType::kBool}) {
     Tensor x = integer_tensor({5, 9}, dtype, 11);
     auto layouts = all_layouts(mesh, 2, /*with_partial=*/dtype != DType::kBool);
@@ -98,7 +99,7 @@ TEST_CASE("every dtype relayouts exactly") {
 }
 
 TEST_CASE("scalars relayout between replicated and partial") {
-  Mesh mesh = Mesh::create({{"batch", 8}}, DeviceType::kCPU);
+  Mesh mesh = test_mesh({{"batch", 8}});
   Tensor x = integer_tensor({}, DType::kF32, 3);
   Layout rep = Layout::replicated(mesh, 0);
   Layout partial = rep.with_partial({{"batch", ReduceOp::kSum}});
@@ -107,8 +108,8 @@ TEST_CASE("scalars relayout between replicated and partial") {
 }
 
 TEST_CASE("relayout emits only the collectives the layouts force") {
-  Mesh line = Mesh::create({{"batch", 8}}, DeviceType::kCPU);
-  Mesh grid = Mesh::create({{"x", 2}, {"y", 4}}, DeviceType::kCPU);
+  Mesh line = test_mesh({{"batch", 8}});
+  Mesh grid = test_mesh({{"x", 2}, {"y", 4}});
   Tensor x = integer_tensor({16, 24}, DType::kF32, 5);
   DTensor rep = distribute(x, Layout::replicated(line, 2));
 
@@ -176,8 +177,8 @@ TEST_CASE("relayout emits only the collectives the layouts force") {
   }
 }
 
-TEST_CASE("replicated results are stored once") {
-  Mesh line = Mesh::create({{"batch", 8}}, DeviceType::kCPU);
+TEST_CASE("replicated results are stored once", "[local]") {
+  Mesh line = test_mesh({{"batch", 8}});
   Tensor x = integer_tensor({16, 4}, DType::kF32, 5);
   DTensor rows = distribute(x, Layout::batch_sharded(line, "batch", 2, 0));
   DTensor rep = relayout(rows, Layout::replicated(line, 2));
@@ -190,7 +191,7 @@ TEST_CASE("replicated results are stored once") {
 
 TEST_CASE("plans are cached") {
   clear_relayout_plan_cache();
-  Mesh grid = Mesh::create({{"x", 2}, {"y", 4}}, DeviceType::kCPU);
+  Mesh grid = test_mesh({{"x", 2}, {"y", 4}});
   DTensor t = distribute(integer_tensor({8, 8}, DType::kF32, 1), Layout({"x", "y"}, grid));
   relayout(t, Layout({"y", "x"}, grid));
   relayout(t, Layout({"y", "x"}, grid));
@@ -202,8 +203,8 @@ TEST_CASE("plans are cached") {
 
 TEST_CASE("relayout rejects other meshes and ranks") {
   using Catch::Message;
-  Mesh a = Mesh::create({{"x", 8}}, DeviceType::kCPU);
-  Mesh b = Mesh::create({{"y", 8}}, DeviceType::kCPU);
+  Mesh a = test_mesh({{"x", 8}});
+  Mesh b = test_mesh({{"y", 8}});
   DTensor t = distribute(integer_tensor({8, 8}, DType::kF32, 1), Layout::replicated(a, 2));
   CHECK_THROWS_MATCHES(relayout(t, Layout::replicated(b, 2)), LayoutError,
                        Message("[relayout] cannot move [unsharded,unsharded] on mesh x=8 to "

@@ -2,11 +2,31 @@
 
 #include <atomic>
 
+#include "runtime/collectives.h"
 #include "runtime/error.h"
+#include "runtime/process.h"
 
 namespace dtensor {
 namespace {
 std::atomic<int64_t> virtual_cpus{1};
+
+// Every process must have built the same mesh: compares the fingerprints of all processes.
+void check_same_mesh_everywhere(const Mesh& mesh, const ProcessInfo& process) {
+  Mesh processes =
+      Mesh::create({{"process", process.count}}, DeviceType::kCPU, process.index, process.count);
+  Tensor mine = Tensor::empty({1}, DType::kI64, Device{DeviceType::kCPU, process.index});
+  mine.data<int64_t>()[0] = static_cast<int64_t>(mesh.fingerprint());
+  Tensor all = all_gather(processes, processes.mask({"process"}), {mine}, 0)[0];
+  for (int64_t p = 0; p < process.count; ++p) {
+    if (all.data<int64_t>()[p] != mine.data<int64_t>()[0]) {
+      throw_error<MeshError>("create_mesh",
+                             "process {} created mesh {} but process {} created a different "
+                             "one; every process must create the same mesh",
+                             process.index, mesh.to_string(), p);
+    }
+  }
+}
+
 }  // namespace
 
 void configure_virtual_cpus(int64_t n) {
@@ -20,16 +40,26 @@ Mesh create_mesh(std::vector<MeshDim> dims, std::string name) {
   int64_t devices = 1;
   for (const MeshDim& d : dims) devices *= d.size;
   const int64_t local = num_virtual_cpus();
-  if (devices != local) {
+  const ProcessInfo process = this_process();
+  if (devices != local * process.count) {
     std::string spec;
     for (const MeshDim& d : dims)
       spec += (spec.empty() ? "" : ",") + d.name + "=" + std::to_string(d.size);
+    if (process.count == 1) {
+      throw_error<MeshError>("create_mesh",
+                             "mesh {} has {} devices but this process has {} virtual CPUs; call "
+                             "configure_virtual_cpus({}) first",
+                             spec, devices, local, devices);
+    }
     throw_error<MeshError>("create_mesh",
-                           "mesh {} has {} devices but this process has {} virtual CPUs; call "
-                           "configure_virtual_cpus({}) first",
-                           spec, devices, local, devices);
+                           "mesh {} has {} devices but {} processes with {} virtual CPUs each "
+                           "have {}",
+                           spec, devices, process.count, local, local * process.count);
   }
-  return Mesh::create(std::move(dims), DeviceType::kCPU, 0, 1, std::move(name));
+  Mesh mesh = Mesh::create(std::move(dims), DeviceType::kCPU, process.index, process.count,
+                           std::move(name));
+  if (process.count > 1) check_same_mesh_everywhere(mesh, process);
+  return mesh;
 }
 
 }  // namespace dtensor

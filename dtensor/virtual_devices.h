@@ -17,7 +17,10 @@ void configure_virtual_cpus(int64_t n);
 int64_t num_virtual_cpus();
 
 // A CPU mesh over `dims` whose device count must equal the virtual CPUs of this process times the
-// number of processes (MeshError otherwise, naming both counts).
+// number of processes (MeshError otherwise, naming both counts); process k owns devices
+// [k*L, (k+1)*L) (TF DTensor's create_distributed_mesh). With several processes the call is
+// collective: every process must create the same mesh, and a mismatch throws MeshError on every
+// process.
 Mesh create_mesh(std::vector<MeshDim> dims, std::string name = "");
 
 }  // namespace dtensor

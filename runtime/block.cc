@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "runtime/thread_pool.h"
+
 namespace dtensor {
 namespace {
 
@@ -117,16 +119,14 @@ Tensor slice_box(const Tensor& src, const std::vector<int64_t>& begin, const Sha
   return out;
 }
 
-void reduce_range(Tensor& dst, const Tensor& src, ReduceOp op, int64_t begin, int64_t end) {
-  if (dst.dtype() != src.dtype() || dst.shape() != src.shape()) {
-    throw_error<ShapeError>("reduce_into", "cannot reduce {} into {}", src.to_string(),
-                            dst.to_string());
-  }
-  const int64_t n = end - begin;
-  visit_dtype(dst.dtype(), [&](auto zero) {
+namespace {
+
+// d[i] = op(d[i], s[i]) for n elements of `dtype`.
+void reduce_elements(DType dtype, void* dst, const void* src, ReduceOp op, int64_t n) {
+  visit_dtype(dtype, [&](auto zero) {
     using T = decltype(zero);
-    T* d = static_cast<T*>(dst.raw_data()) + begin;
-    const T* s = static_cast<const T*>(src.raw_data()) + begin;
+    T* d = static_cast<T*>(dst);
+    const T* s = static_cast<const T*>(src);
     if constexpr (std::is_same_v<T, bool>) {
       reduce_bool(d, s, op, n);
     } else if constexpr (std::is_same_v<T, BFloat16>) {
@@ -135,6 +135,82 @@ void reduce_range(Tensor& dst, const Tensor& src, ReduceOp op, int64_t begin, in
       reduce_typed(d, s, op, n);
     }
   });
+}
+
+// dst = reduction of elements [begin, begin + n) of inputs [lo, hi) in the pairwise order;
+// `scratch` holds one block per level of the tree below this one.
+void reduce_tree(char* dst, const std::vector<Tensor>& inputs, size_t lo, size_t hi, int64_t begin,
+                 int64_t n, ReduceOp op, char* scratch, size_t block_bytes) {
+  const DType dtype = inputs[lo].dtype();
+  const size_t esize = dtype_size(dtype);
+  auto at = [&](size_t i) {
+    return static_cast<const char*>(inputs[i].raw_data()) + static_cast<size_t>(begin) * esize;
+  };
+  if (hi - lo == 1) {
+    std::memcpy(dst, at(lo), static_cast<size_t>(n) * esize);
+    return;
+  }
+  const size_t mid = lo + (hi - lo + 1) / 2;
+  reduce_tree(dst, inputs, lo, mid, begin, n, op, scratch, block_bytes);
+  if (hi - mid == 1) {
+    reduce_elements(dtype, dst, at(mid), op, n);
+  } else {
+    reduce_tree(scratch, inputs, mid, hi, begin, n, op, scratch + block_bytes, block_bytes);
+    reduce_elements(dtype, dst, scratch, op, n);
+  }
+}
+
+}  // namespace
+
+void reduce_range(Tensor& dst, const Tensor& src, ReduceOp op, int64_t begin, int64_t end) {
+  if (dst.dtype() != src.dtype() || dst.shape() != src.shape()) {
+    throw_error<ShapeError>("reduce_into", "cannot reduce {} into {}", src.to_string(),
+                            dst.to_string());
+  }
+  const size_t esize = dtype_size(dst.dtype());
+  reduce_elements(dst.dtype(), static_cast<char*>(dst.raw_data()) + begin * esize,
+                  static_cast<const char*>(src.raw_data()) + begin * esize, op, end - begin);
+}
+
+Tensor reduce_tensors(const std::vector<Tensor>& inputs, ReduceOp op) {
+  if (inputs.empty()) throw_error<InvalidArgumentError>("reduce_tensors", "no inputs");
+  const Tensor& first = inputs[0];
+  for (const Tensor& in : inputs) {
+    if (in.dtype() != first.dtype() || in.shape() != first.shape()) {
+      throw_error<ShapeError>("reduce_tensors", "cannot reduce {} with {}", in.to_string(),
+                              first.to_string());
+    }
+  }
+  Tensor acc = Tensor::empty(first.shape(), first.dtype(), first.device());
+  const int64_t n = first.num_elements();
+  const size_t esize = dtype_size(first.dtype());
+  // Blocks small enough to stay in L1 while every input is folded in: each input is read once
+  // and the result written once, (N+1) x bytes of memory traffic.
+  const int64_t block = std::max<int64_t>(1, 16384 / static_cast<int64_t>(esize));
+  const size_t block_bytes = static_cast<size_t>(block) * esize;
+  size_t depth = 0;
+  for (size_t k = inputs.size(); k > 1; k = (k + 1) / 2) ++depth;
+  auto reduce_part = [&](int64_t begin, int64_t end) {
+    std::vector<char> scratch(depth * block_bytes);
+    for (int64_t b = begin; b < end; b += block) {
+      const int64_t e = std::min(end, b + block);
+      reduce_tree(static_cast<char*>(acc.raw_data()) + static_cast<size_t>(b) * esize, inputs, 0,
+                  inputs.size(), b, e - b, op, scratch.data(), block_bytes);
+    }
+  };
+  // Below this many bytes the reduction runs on the calling thread: waking the pool costs more.
+  constexpr size_t kParallelBytes = 1 << 18;
+  if (first.nbytes() < kParallelBytes) {
+    reduce_part(0, n);
+  } else {
+    ThreadPool& pool = ThreadPool::global();
+    const int64_t parts = pool.num_threads();
+    pool.parallel_for(parts, [&](int64_t p) {
+      ShardRange r = chunk_range(n, parts, p);
+      reduce_part(r.offset, r.offset + r.size);
+    });
+  }
+  return acc;
 }
 
 }  // namespace dtensor

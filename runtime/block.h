@@ -27,4 +27,11 @@ inline void reduce_into(Tensor& dst, const Tensor& src, ReduceOp op) {
   reduce_range(dst, src, op, 0, dst.num_elements());
 }
 
+// The elementwise reduction of `inputs` (equal shapes and dtypes, at least one) into a fresh
+// tensor, split over the thread pool when large. The order is pairwise and fixed by the number
+// of inputs: [0, n) reduces as [0, m) op [m, n) with m = ceil(n/2). A reduction whose members are
+// split evenly over two processes (each reducing its half here, then MPI adding the halves)
+// therefore gives the same floating-point bits as one over all members in one process.
+Tensor reduce_tensors(const std::vector<Tensor>& inputs, ReduceOp op);
+
 }  // namespace dtensor

@@ -80,8 +80,10 @@ std::vector<Tensor> over_groups(const Mesh& mesh, MeshDimMask dims,
       out[static_cast<size_t>(mesh.local_index(g.devices[positions[i]]))] = std::move(results[i]);
     }
   };
+  // Groups spanning processes run one at a time, in the same order on every process: concurrent
+  // blocking collectives issued in different orders could wait on each other across processes.
   constexpr int64_t kParallelBytes = 1 << 20;
-  if (groups.size() > 1 && bytes >= kParallelBytes) {
+  if (groups.size() > 1 && bytes >= kParallelBytes && mesh.num_processes() == 1) {
     ThreadPool::global().parallel_for(static_cast<int64_t>(groups.size()), run_group);
   } else {
     for (size_t gi = 0; gi < groups.size(); ++gi) run_group(static_cast<int64_t>(gi));

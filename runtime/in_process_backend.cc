@@ -20,9 +20,6 @@ std::vector<int64_t> Group::local_positions() const {
 
 namespace {
 
-// Below this many bytes a reduction runs on the calling thread: waking the pool costs more.
-constexpr size_t kParallelBytes = 1 << 18;
-
 std::vector<Tensor> shared_result(const Tensor& result, const std::vector<Tensor>& inputs) {
   std::vector<Tensor> out;
   out.reserve(inputs.size());
@@ -39,37 +36,6 @@ std::vector<int64_t> at_dim(size_t rank, int64_t axis, int64_t offset) {
   std::vector<int64_t> begin(rank, 0);
   if (rank > 0) begin[static_cast<size_t>(axis)] = offset;
   return begin;
-}
-
-// Elementwise reduction of `inputs` into a fresh tensor, split over the thread pool when large.
-Tensor reduce_all(const std::vector<Tensor>& inputs, ReduceOp op) {
-  const Tensor& first = inputs[0];
-  Tensor acc = Tensor::empty(first.shape(), first.dtype(), first.device());
-  const int64_t n = first.num_elements();
-  const size_t esize = dtype_size(first.dtype());
-  // Blocks small enough to stay in L1 while every input is folded in: each input is read once
-  // and the result written once, (N+1) x bytes of memory traffic.
-  const int64_t block = std::max<int64_t>(1, 16384 / static_cast<int64_t>(esize));
-  auto reduce_part = [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; b += block) {
-      const int64_t e = std::min(end, b + block);
-      std::memcpy(static_cast<char*>(acc.raw_data()) + b * esize,
-                  static_cast<const char*>(first.raw_data()) + b * esize,
-                  static_cast<size_t>(e - b) * esize);
-      for (size_t i = 1; i < inputs.size(); ++i) reduce_range(acc, inputs[i], op, b, e);
-    }
-  };
-  if (first.nbytes() < kParallelBytes) {
-    reduce_part(0, n);
-  } else {
-    ThreadPool& pool = ThreadPool::global();
-    const int64_t parts = pool.num_threads();
-    pool.parallel_for(parts, [&](int64_t p) {
-      ShardRange r = chunk_range(n, parts, p);
-      reduce_part(r.offset, r.offset + r.size);
-    });
-  }
-  return acc;
 }
 
 void require_local(const Group& group, const char* function) {
@@ -91,7 +57,7 @@ class InProcessBackend final : public CollectiveBackend {
   std::vector<Tensor> all_reduce(const Group& group, const std::vector<Tensor>& inputs,
                                  ReduceOp op) override {
     require_local(group, "all_reduce");
-    return shared_result(reduce_all(inputs, op), inputs);
+    return shared_result(reduce_tensors(inputs, op), inputs);
   }
 
   std::vector<Tensor> all_gather(const Group& group, const std::vector<Tensor>& inputs,
@@ -122,7 +88,7 @@ class InProcessBackend final : public CollectiveBackend {
       std::vector<Tensor> chunks;
       for (const Tensor& in : inputs)
         chunks.push_back(slice_box(in, at_dim(rank, axis, r.offset), extent));
-      Tensor reduced = reduce_all(chunks, op);
+      Tensor reduced = reduce_tensors(chunks, op);
       out.push_back(reduced.with_device(inputs[static_cast<size_t>(j)].device()));
     }
     return out;

@@ -1,11 +1,17 @@
 #include "tests/layout_enumeration.h"
 
+#include "runtime/process.h"
+
 namespace dtensor::testing {
 
+Mesh test_mesh(std::vector<MeshDim> dims) {
+  const ProcessInfo process = this_process();
+  return Mesh::create(std::move(dims), DeviceType::kCPU, process.index, process.count);
+}
+
 std::vector<Mesh> standard_meshes() {
-  return {Mesh::create({{"batch", 8}}, DeviceType::kCPU),
-          Mesh::create({{"x", 2}, {"y", 4}}, DeviceType::kCPU),
-          Mesh::create({{"a", 2}, {"b", 2}, {"c", 2}}, DeviceType::kCPU)};
+  return {test_mesh({{"batch", 8}}), test_mesh({{"x", 2}, {"y", 4}}),
+          test_mesh({{"a", 2}, {"b", 2}, {"c", 2}})};
 }
 
 namespace {

@@ -7,6 +7,10 @@
 
 namespace dtensor::testing {
 
+// A CPU mesh over `dims`, its devices split over the processes of this job (runtime/process.h)
+// the way create_mesh splits them: the same tests then run in one process or under mpirun.
+Mesh test_mesh(std::vector<MeshDim> dims);
+
 // The meshes the property suites sweep: {8}, {2,4}, {2,2,2}.
 std::vector<Mesh> standard_meshes();
 

@@ -63,10 +63,15 @@ DTensor distribute_with_terms(const Tensor& global, const Layout& layout, uint64
       }
     }
     std::mt19937_64 rng(group_seed);
+    // Members of a partial group hold the same box; members owned by other processes draw their
+    // noise too (and drop it) so every process sees the same terms.
+    const Layout plain = layout.without_partial();
+    Tensor box = slice_box(global, plain.shard_offset(global.shape(), group[0]),
+                           plain.shard_shape(global.shape(), group[0]));
     // The first member balances the others so the reduction is exactly the value.
-    Tensor first = value.shard(mesh.local_index(group[0])).clone();
+    Tensor first = box.clone();
     for (size_t i = 1; i < group.size(); ++i) {
-      Tensor term = value.shard(mesh.local_index(group[i])).clone();
+      Tensor term = box.clone();
       visit_dtype(term.dtype(), [&](auto zero) {
         using T = decltype(zero);
         if constexpr (!std::is_same_v<T, bool>) {
@@ -86,9 +91,15 @@ DTensor distribute_with_terms(const Tensor& global, const Layout& layout, uint64
           }
         }
       });
-      terms[static_cast<size_t>(mesh.local_index(group[i]))] = term;
+      if (mesh.is_local(group[i])) {
+        terms[static_cast<size_t>(mesh.local_index(group[i]))] =
+            term.with_device(value.shard(mesh.local_index(group[i])).device());
+      }
     }
-    terms[static_cast<size_t>(mesh.local_index(group[0]))] = first;
+    if (mesh.is_local(group[0])) {
+      terms[static_cast<size_t>(mesh.local_index(group[0]))] =
+          first.with_device(value.shard(mesh.local_index(group[0])).device());
+    }
   }
   return DTensor(global.shape(), global.dtype(), layout, std::move(terms));
 }

@@ -22,6 +22,7 @@
 #include "dtensor/data/dataset.h"
 #include "dtensor/data/idx.h"
 #include "dtensor/optim/optimizers.h"
+#include "dtensor/runtime.h"
 #include "dtensor/virtual_devices.h"
 #include "examples/mnist/model.h"
 #include "examples/mnist/plot.h"
@@ -136,8 +137,8 @@ std::pair<double, double> batch_sums(const DTensor& logits, const DTensor& label
 
 class Progress {
  public:
-  Progress(int64_t epoch, int64_t epochs, int64_t total)
-      : epoch_(epoch), epochs_(epochs), total_(total), tty_(isatty(fileno(stderr))) {}
+  Progress(int64_t epoch, int64_t epochs, int64_t total, bool show)
+      : epoch_(epoch), epochs_(epochs), total_(total), tty_(show && isatty(fileno(stderr))) {}
   void update(int64_t done, double loss) {
     if (!tty_) return;
     const int width = 30;
@@ -156,19 +157,28 @@ class Progress {
   bool tty_;
 };
 
-int run(int argc, char** argv) {
+int run(int argc, char** argv, const Runtime& rt) {
   Flags flags = parse_flags(argc, argv);
   std::vector<MeshDim> dims = parse_mesh_dims(flags.mesh);
   int64_t devices = 1;
   for (const MeshDim& d : dims) devices *= d.size;
-  configure_virtual_cpus(devices);
+  if (devices % rt.num_processes() != 0) {
+    throw_error<InvalidArgumentError>("train",
+                                      "mesh {} has {} devices, not divisible by {} processes",
+                                      flags.mesh, devices, rt.num_processes());
+  }
+  // Each process runs its block of the mesh: under `mpirun -np 2`, batch=8 is 4 devices each.
+  configure_virtual_cpus(devices / rt.num_processes());
   Mesh mesh = create_mesh(dims);
+  // Every process computes the same global metrics; the first one reports them.
+  const bool reporter = rt.process_index() == 0;
   const std::string batch_dim = dims[0].name;
   Splits data = load(flags);
-  std::printf("data: %s, %lld train / %lld test examples; mesh %s; batch %lld; %lld epochs\n",
-              data.source.c_str(), static_cast<long long>(data.train.labels.num_elements()),
-              static_cast<long long>(data.test.labels.num_elements()), mesh.dims_string().c_str(),
-              static_cast<long long>(flags.batch_size), static_cast<long long>(flags.epochs));
+  if (reporter)
+    std::printf("data: %s, %lld train / %lld test examples; mesh %s; batch %lld; %lld epochs\n",
+                data.source.c_str(), static_cast<long long>(data.train.labels.num_elements()),
+                static_cast<long long>(data.test.labels.num_elements()), mesh.dims_string().c_str(),
+                static_cast<long long>(flags.batch_size), static_cast<long long>(flags.epochs));
 
   examples::Mlp model(mesh, {784, 700, 500, 10}, flags.seed);
   Adam optimizer(flags.lr);
@@ -180,11 +190,11 @@ int run(int argc, char** argv) {
   test.batch(flags.batch_size).repeat(1);
 
   std::ofstream metrics;
-  if (!flags.metrics_out.empty()) metrics.open(flags.metrics_out);
+  if (reporter && !flags.metrics_out.empty()) metrics.open(flags.metrics_out);
   std::vector<double> train_loss, train_acc, test_loss, test_acc;
   for (int64_t epoch = 0; epoch < flags.epochs; ++epoch) {
     auto start = std::chrono::steady_clock::now();
-    Progress progress(epoch + 1, flags.epochs, train.batches_per_epoch());
+    Progress progress(epoch + 1, flags.epochs, train.batches_per_epoch(), reporter);
     double loss_sum = 0, correct = 0;
     int64_t seen = 0, step = 0;
     for (int64_t b = 0; b < train.batches_per_epoch(); ++b) {
@@ -216,11 +226,13 @@ int run(int argc, char** argv) {
                     test_correct / std::max<int64_t>(test_seen, 1)};
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("epoch %lld: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.1fs\n",
-                static_cast<long long>(epoch + 1), tr.loss, tr.accuracy, te.loss, te.accuracy,
-                seconds);
+    if (reporter)
+      std::printf("epoch %lld: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.1fs\n",
+                  static_cast<long long>(epoch + 1), tr.loss, tr.accuracy, te.loss, te.accuracy,
+                  seconds);
     std::fflush(stdout);
     if (metrics.is_open()) {
+      metrics.precision(9);
       metrics << "{\"epoch\":" << epoch + 1 << ",\"train_loss\":" << tr.loss
               << ",\"train_acc\":" << tr.accuracy << ",\"test_loss\":" << te.loss
               << ",\"test_acc\":" << te.accuracy << "}\n";
@@ -231,7 +243,7 @@ int run(int argc, char** argv) {
     test_loss.push_back(te.loss);
     test_acc.push_back(te.accuracy);
   }
-  if (!flags.plot.empty()) {
+  if (reporter && !flags.plot.empty()) {
     examples::write_line_chart_png(flags.plot,
                                    {{"loss", {{"train", train_loss}, {"test", test_loss}}},
                                     {"accuracy", {{"train", train_acc}, {"test", test_acc}}}});
@@ -243,10 +255,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 1;
-  }
+  return run_main(argc, argv, [&](Runtime& rt) { return run(argc, argv, rt); });
 }

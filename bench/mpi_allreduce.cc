@@ -1,0 +1,101 @@
+// All-reduce across two processes through the runtime (dtensor::all_reduce on a batch=2 mesh, one
+// device per process: the MPI backend) next to a raw MPI_Allreduce of the same bytes, measured
+// in the same run, alternating, 4 KB to 16 MB. Rank 0 prints one JSON object per size:
+//   {"bench":"mpi_allreduce","bytes":...,"runtime_us":...,"mpi_us":...,"ratio":...,...}
+// ratio = runtime / raw (medians). Run directly and it relaunches itself under mpirun -np 2.
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "bench/report.h"
+#include "dtensor/runtime.h"
+#include "dtensor/virtual_devices.h"
+#include "runtime/collectives.h"
+
+namespace {
+using namespace dtensor;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Not started by mpirun: start two copies of this program under it.
+void relaunch_under_mpirun() {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return;
+  self[n] = '\0';
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+  std::fprintf(stderr, "mpi_allreduce: relaunching under mpirun -np 2\n");
+  execlp("mpirun", "mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2", self,
+         static_cast<char*>(nullptr));
+  std::perror("mpi_allreduce: cannot run mpirun");
+}
+
+int run(const Runtime& rt) {
+  if (rt.num_processes() != 2) {
+    throw_error<InvalidArgumentError>("mpi_allreduce", "needs 2 processes, got {}",
+                                      rt.num_processes());
+  }
+  configure_virtual_cpus(1);
+  Mesh mesh = create_mesh({{"batch", 2}});
+  const MeshDimMask dims = mesh.mask({"batch"});
+  for (int64_t bytes = 4 << 10; bytes <= (int64_t{16} << 20); bytes *= 4) {
+    const int64_t n = bytes / 4;
+    const int reps = bytes >= (4 << 20) ? 21 : 101;
+    Tensor input = Tensor::zeros({n}, DType::kF32, Device{DeviceType::kCPU, rt.process_index()});
+    Tensor raw_out = Tensor::zeros({n}, DType::kF32);
+    std::vector<double> runtime_s, mpi_s;
+    for (int r = 0; r < reps + 3; ++r) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      auto start = std::chrono::steady_clock::now();
+      std::vector<Tensor> out = all_reduce(mesh, dims, {input}, ReduceOp::kSum);
+      const double t_runtime = seconds_since(start);
+      bench::do_not_optimize(out);
+      MPI_Barrier(MPI_COMM_WORLD);
+      start = std::chrono::steady_clock::now();
+      MPI_Allreduce(input.raw_data(), raw_out.raw_data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
+      const double t_mpi = seconds_since(start);
+      if (r >= 3) {  // warm-up: communicator creation, buffer pool
+        runtime_s.push_back(t_runtime);
+        mpi_s.push_back(t_mpi);
+      }
+    }
+    const double runtime_us = median(runtime_s) * 1e6;
+    const double mpi_us = median(mpi_s) * 1e6;
+    if (rt.process_index() == 0) {
+      bench::report("mpi_allreduce",
+                    {{"bytes", bytes},
+                     {"processes", int64_t{2}},
+                     {"runtime_us", runtime_us},
+                     {"mpi_us", mpi_us},
+                     {"ratio", runtime_us / mpi_us}},
+                    runtime_us / mpi_us, "runtime/mpi");
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMIX_RANK") == nullptr) {
+    relaunch_under_mpirun();
+    return 1;
+  }
+  return run_main(argc, argv, [](Runtime& rt) { return run(rt); });
+}
