@@ -112,6 +112,25 @@ void reduce_bf16(void* in, void* inout, int* length, MPI_Datatype*) {
   }
 }
 
+// Product of the dims before `axis`: 1 when chunks along `axis` are contiguous in memory.
+int64_t leading_extent(const Tensor& t, int64_t axis) {
+  int64_t n = 1;
+  for (int64_t d = 0; d < axis; ++d) n *= t.dim(d);
+  return n;
+}
+
+// True when the processes, in view order, own consecutive runs of group positions, so their
+// chunks follow each other along a split axis.
+bool members_in_process_order(const ProcessView& view) {
+  int64_t next = 0;
+  for (const std::vector<int64_t>& members : view.members) {
+    for (int64_t j : members) {
+      if (j != next++) return false;
+    }
+  }
+  return true;
+}
+
 // A byte buffer from the tensor pool (no zero fill).
 Tensor byte_buffer(int64_t bytes) { return Tensor::empty({bytes}, DType::kBool); }
 
@@ -158,6 +177,10 @@ class MpiBackend final : public CollectiveBackend {
                                      ReduceOp op, int64_t axis) override {
     ProcessView view = view_of(group);
     if (view.single()) return local_->reduce_scatter(group, inputs, op, axis);
+    if (leading_extent(inputs[0], axis) == 1 && members_in_process_order(view)) {
+      return reduce_scatter_blocks(group, view, inputs, op, axis);
+    }
+    // General case: the whole reduction, then each member's chunk.
     Tensor reduced = reduce_across(group, view, inputs, op, "reduce_scatter");
     std::vector<Tensor> out;
     const std::vector<int64_t>& mine = view.local_members();
@@ -250,6 +273,51 @@ class MpiBackend final : public CollectiveBackend {
         MPI_Allreduce(mine.raw_data(), out.raw_data(), mpi_count(mine.num_elements(), function),
                       mpi_type(mine.dtype()), mpi_op(op, mine.dtype()), comm),
         function, "MPI_Allreduce");
+    return out;
+  }
+
+  // Reduce-scatter when each process's chunks form one contiguous block of memory (the split
+  // axis is the first non-trivial dim and each process owns consecutive members): local
+  // reduction, then MPI_Reduce_scatter delivers each process only its block.
+  std::vector<Tensor> reduce_scatter_blocks(const Group& group, const ProcessView& view,
+                                            const std::vector<Tensor>& inputs, ReduceOp op,
+                                            int64_t axis) {
+    Tensor mine = inputs.size() == 1
+                      ? inputs[0]
+                      : local_->all_reduce(owned_here(group, view.local_members()), inputs, op)[0];
+    const int64_t k = group.size();
+    const int64_t n = mine.dim(axis);
+    const int64_t row = mine.dim(axis) == 0 ? 0 : mine.num_elements() / mine.dim(axis);
+    std::vector<int> counts;
+    int64_t own_rows = 0;
+    for (size_t p = 0; p < view.members.size(); ++p) {
+      int64_t rows = 0;
+      for (int64_t j : view.members[p]) rows += chunk_range(n, k, j).size;
+      counts.push_back(mpi_count(rows * row, "reduce_scatter"));
+      if (p == view.self) own_rows = rows;
+    }
+    const std::vector<int64_t>& local = view.local_members();
+    const int64_t first_row = chunk_range(n, k, local.front()).offset;
+    Shape block_shape = mine.shape();
+    block_shape[static_cast<size_t>(axis)] = own_rows;
+    Tensor block = Tensor::empty(block_shape, mine.dtype(), inputs[0].device());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      MPI_Comm comm = comm_for(view.processes);
+      check_mpi(MPI_Reduce_scatter(mine.raw_data(), block.raw_data(), counts.data(),
+                                   mpi_type(mine.dtype()), mpi_op(op, mine.dtype()), comm),
+                "reduce_scatter", "MPI_Reduce_scatter");
+    }
+    if (local.size() == 1) return {block};
+    std::vector<Tensor> out;
+    for (size_t i = 0; i < local.size(); ++i) {
+      ShardRange r = chunk_range(n, k, local[i]);
+      std::vector<int64_t> begin(static_cast<size_t>(mine.rank()), 0);
+      begin[static_cast<size_t>(axis)] = r.offset - first_row;
+      Shape extent = mine.shape();
+      extent[static_cast<size_t>(axis)] = r.size;
+      out.push_back(slice_box(block, begin, extent).with_device(inputs[i].device()));
+    }
     return out;
   }
 
