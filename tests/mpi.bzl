@@ -17,6 +17,6 @@ def mpi_test(name, binary, processes = [2, 4], args = [], size = "medium", **kwa
             size = size,
             srcs = ["//tests:mpirun_test.sh"],
             args = [str(k), "$(location %s)" % binary] + args,
-            data = [binary],
+            data = [binary, "//tests:mpirun_test.sh"],
             **kwargs
         )
