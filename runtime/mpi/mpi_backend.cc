@@ -199,13 +199,96 @@ class MpiBackend final : public CollectiveBackend {
                                  int64_t split_axis, int64_t concat_axis) override {
     ProcessView view = view_of(group);
     if (view.single()) return local_->all_to_all(group, inputs, split_axis, concat_axis);
-    std::vector<Tensor> all = gather_members(group, view, inputs, "all_to_all");
-    std::vector<Tensor> results =
-        local_->all_to_all(all_owned_here(group), all, split_axis, concat_axis);
-    std::vector<Tensor> out;
+    const int64_t k = group.size();
+    const size_t rank = static_cast<size_t>(inputs[0].rank());
+    const DType dtype = inputs[0].dtype();
+    const size_t esize = dtype_size(dtype);
+    const size_t num_processes = view.processes.size();
     const std::vector<int64_t>& mine = view.local_members();
-    for (size_t i = 0; i < mine.size(); ++i) {
-      out.push_back(results[static_cast<size_t>(mine[i])].with_device(inputs[i].device()));
+    auto piece_shape = [&](const Shape& input, int64_t j) {
+      Shape shape = input;
+      shape[static_cast<size_t>(split_axis)] = chunk_range(input[split_axis], k, j).size;
+      return shape;
+    };
+
+    std::lock_guard<std::mutex> lock(mu_);
+    MPI_Comm comm = comm_for(view.processes);
+    std::vector<Shape> shapes = member_shapes(group, view, inputs, comm, "all_to_all");
+
+    // Send: for each process q, each local member i, each member j of q: chunk j of input i.
+    std::vector<int64_t> send_bytes(num_processes, 0), recv_bytes(num_processes, 0);
+    for (size_t q = 0; q < num_processes; ++q) {
+      for (size_t i = 0; i < mine.size(); ++i) {
+        for (int64_t j : view.members[q]) {
+          send_bytes[q] += num_elements(piece_shape(inputs[i].shape(), j)) * esize;
+        }
+      }
+      for (int64_t i : view.members[q]) {
+        for (int64_t j : mine) {
+          recv_bytes[q] += num_elements(piece_shape(shapes[static_cast<size_t>(i)], j)) * esize;
+        }
+      }
+    }
+    std::vector<int> send_counts, recv_counts;
+    for (size_t q = 0; q < num_processes; ++q) {
+      send_counts.push_back(mpi_count(send_bytes[q], "all_to_all"));
+      recv_counts.push_back(mpi_count(recv_bytes[q], "all_to_all"));
+    }
+    std::vector<int> send_displs = displacements(send_counts);
+    std::vector<int> recv_displs = displacements(recv_counts);
+    Tensor send =
+        byte_buffer(mpi_count(send_displs.back() + int64_t{send_counts.back()}, "all_to_all"));
+    Tensor recv =
+        byte_buffer(mpi_count(recv_displs.back() + int64_t{recv_counts.back()}, "all_to_all"));
+    size_t at = 0;
+    for (size_t q = 0; q < num_processes; ++q) {
+      for (size_t i = 0; i < mine.size(); ++i) {
+        for (int64_t j : view.members[q]) {
+          std::vector<int64_t> begin(rank, 0);
+          begin[static_cast<size_t>(split_axis)] =
+              chunk_range(inputs[i].dim(split_axis), k, j).offset;
+          Tensor piece = slice_box(inputs[i], begin, piece_shape(inputs[i].shape(), j));
+          std::memcpy(bytes_of(send) + at, piece.raw_data(), piece.nbytes());
+          at += piece.nbytes();
+        }
+      }
+    }
+    check_mpi(
+        MPI_Alltoallv(send.raw_data(), send_counts.data(), send_displs.data(), MPI_BYTE,
+                      recv.raw_data(), recv_counts.data(), recv_displs.data(), MPI_BYTE, comm),
+        "all_to_all", "MPI_Alltoallv");
+
+    // Output of local member j: the pieces (i, j) of every member i, along concat_axis in
+    // group order. Received data runs by source process, then member i, then local member j.
+    std::vector<std::vector<Tensor>> pieces(mine.size(),
+                                            std::vector<Tensor>(static_cast<size_t>(k)));
+    at = 0;
+    for (size_t q = 0; q < num_processes; ++q) {
+      for (int64_t i : view.members[q]) {
+        for (size_t jl = 0; jl < mine.size(); ++jl) {
+          Tensor piece =
+              Tensor::empty(piece_shape(shapes[static_cast<size_t>(i)], mine[jl]), dtype);
+          std::memcpy(piece.raw_data(), bytes_of(recv) + at, piece.nbytes());
+          at += piece.nbytes();
+          pieces[jl][static_cast<size_t>(i)] = std::move(piece);
+        }
+      }
+    }
+    std::vector<Tensor> out;
+    for (size_t jl = 0; jl < mine.size(); ++jl) {
+      Shape out_shape = pieces[jl][0].shape();
+      int64_t total = 0;
+      for (const Tensor& piece : pieces[jl]) total += piece.dim(concat_axis);
+      out_shape[static_cast<size_t>(concat_axis)] = total;
+      Tensor result = Tensor::empty(out_shape, dtype, inputs[jl].device());
+      int64_t offset = 0;
+      for (const Tensor& piece : pieces[jl]) {
+        std::vector<int64_t> dst(rank, 0);
+        dst[static_cast<size_t>(concat_axis)] = offset;
+        copy_box(piece, std::vector<int64_t>(rank, 0), result, dst, piece.shape());
+        offset += piece.dim(concat_axis);
+      }
+      out.push_back(std::move(result));
     }
     return out;
   }
@@ -321,39 +404,47 @@ class MpiBackend final : public CollectiveBackend {
     return out;
   }
 
+  // The shape of every member's tensor, in group order (all-gather-v of the dims; nothing to
+  // exchange for scalars). Caller holds mu_.
+  std::vector<Shape> member_shapes(const Group& group, const ProcessView& view,
+                                   const std::vector<Tensor>& inputs, MPI_Comm comm,
+                                   const char* function) {
+    const int64_t rank = inputs[0].rank();
+    const size_t num_processes = view.processes.size();
+    std::vector<Shape> shapes(static_cast<size_t>(group.size()));
+    if (rank == 0) return shapes;
+    std::vector<int64_t> mine;
+    for (const Tensor& in : inputs) mine.insert(mine.end(), in.shape().begin(), in.shape().end());
+    std::vector<int> counts(num_processes);
+    for (size_t p = 0; p < num_processes; ++p) {
+      counts[p] = static_cast<int>(view.members[p].size() * static_cast<size_t>(rank));
+    }
+    std::vector<int> displs = displacements(counts);
+    std::vector<int64_t> dims(static_cast<size_t>(displs.back() + counts.back()));
+    check_mpi(MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, dims.data(),
+                             counts.data(), displs.data(), MPI_INT64_T, comm),
+              function, "MPI_Allgatherv");
+    size_t at = 0;
+    for (size_t p = 0; p < num_processes; ++p) {
+      for (int64_t pos : view.members[p]) {
+        shapes[static_cast<size_t>(pos)].assign(dims.begin() + static_cast<ptrdiff_t>(at),
+                                                dims.begin() + static_cast<ptrdiff_t>(at) + rank);
+        at += static_cast<size_t>(rank);
+      }
+    }
+    return shapes;
+  }
+
   // Every member's tensor in group order, on every process of the group (all-gather-v of the
   // shapes, then of the bytes).
   std::vector<Tensor> gather_members(const Group& group, const ProcessView& view,
                                      const std::vector<Tensor>& inputs, const char* function) {
-    const int64_t rank = inputs[0].rank();
     const DType dtype = inputs[0].dtype();
     const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
     const size_t num_processes = view.processes.size();
-    std::vector<Shape> shapes(static_cast<size_t>(group.size()));
-
     std::lock_guard<std::mutex> lock(mu_);
     MPI_Comm comm = comm_for(view.processes);
-    if (rank > 0) {
-      std::vector<int64_t> mine;
-      for (const Tensor& in : inputs) mine.insert(mine.end(), in.shape().begin(), in.shape().end());
-      std::vector<int> counts(num_processes);
-      for (size_t p = 0; p < num_processes; ++p) {
-        counts[p] = static_cast<int>(view.members[p].size() * static_cast<size_t>(rank));
-      }
-      std::vector<int> displs = displacements(counts);
-      std::vector<int64_t> dims(static_cast<size_t>(displs.back() + counts.back()));
-      check_mpi(MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, dims.data(),
-                               counts.data(), displs.data(), MPI_INT64_T, comm),
-                function, "MPI_Allgatherv");
-      size_t at = 0;
-      for (size_t p = 0; p < num_processes; ++p) {
-        for (int64_t pos : view.members[p]) {
-          shapes[static_cast<size_t>(pos)].assign(dims.begin() + static_cast<ptrdiff_t>(at),
-                                                  dims.begin() + static_cast<ptrdiff_t>(at) + rank);
-          at += static_cast<size_t>(rank);
-        }
-      }
-    }
+    std::vector<Shape> shapes = member_shapes(group, view, inputs, comm, function);
 
     std::vector<int64_t> bytes_per_process(num_processes, 0);
     for (size_t p = 0; p < num_processes; ++p) {
