@@ -42,14 +42,41 @@ std::vector<std::pair<std::string, DVariable>> Optimizer::slots() const {
   return out;
 }
 
+namespace {
+
+void check_updatable(const DVariable& var, const std::string& function) {
+  if (!is_floating(var.dtype()) || var.dtype() == DType::kBF16) {
+    throw_error<DTypeError>(function, "variable '{}' is {}; f32 and f64 are supported", var.name(),
+                            dtype_name(var.dtype()));
+  }
+}
+
+}  // namespace
+
+std::vector<DVariable>& Optimizer::slots_of(const DVariable& var, const std::string& function) {
+  check_updatable(var, function);
+  auto& slot_vars = slots_[var.id()];
+  if (slot_vars.empty()) {
+    for (const std::string& s : slot_names()) {
+      slot_vars.emplace_back(zeros(var.shape(), var.layout(), var.dtype()), var.name() + "/" + s);
+    }
+  }
+  return slot_vars;
+}
+
+void Optimizer::build(const std::vector<DVariable>& vars) {
+  const std::string fn = name_ + "::build";
+  for (const DVariable& var : vars) slots_of(var, fn);
+}
+
 void Optimizer::apply(const std::vector<DVariable>& vars, const std::vector<DTensor>& grads) {
   const std::string fn = name_ + "::apply";
   if (vars.size() != grads.size()) {
     throw_error<InvalidArgumentError>(fn, "got {} gradients for {} variables", grads.size(),
                                       vars.size());
   }
-  const double lr = lr_(step_);
-  const int64_t step = step_ + 1;
+  // Every pair is checked before anything changes: a rejected apply leaves variables, slots and
+  // the step as they were.
   for (size_t i = 0; i < vars.size(); ++i) {
     const DVariable& var = vars[i];
     if (grads[i].shape() != var.shape() || grads[i].dtype() != var.dtype() ||
@@ -58,17 +85,14 @@ void Optimizer::apply(const std::vector<DVariable>& vars, const std::vector<DTen
                               grads[i].short_string(), var.name(), dtype_name(var.dtype()),
                               shape_to_string(var.shape()), var.layout().short_string());
     }
-    if (!is_floating(var.dtype()) || var.dtype() == DType::kBF16) {
-      throw_error<DTypeError>(fn, "variable '{}' is {}; f32 and f64 are supported", var.name(),
-                              dtype_name(var.dtype()));
-    }
+    check_updatable(var, fn);
+  }
+  const double lr = lr_(step_);
+  const int64_t step = step_ + 1;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    const DVariable& var = vars[i];
+    auto& slot_vars = slots_of(var, fn);
     DTensor grad = relayout(grads[i], var.layout());
-    auto& slot_vars = slots_[var.id()];
-    if (slot_vars.empty()) {
-      for (const std::string& s : slot_names()) {
-        slot_vars.emplace_back(zeros(var.shape(), var.layout(), var.dtype()), var.name() + "/" + s);
-      }
-    }
     DTensor value = var.value();
     std::vector<DTensor> slot_values;
     for (const DVariable& s : slot_vars) slot_values.push_back(s.value());
@@ -178,11 +202,11 @@ Adam::Adam(Schedule lr, double beta1, double beta2, double epsilon, double weigh
 
 void Adam::update(const Tensor& var, const Tensor& grad, const std::vector<Tensor>& slots,
                   Tensor& var_out, std::vector<Tensor>& slots_out, double lr, int64_t step) const {
-  // Keras Adam: lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t); w -= lr_t * m / (sqrt(v) + eps_hat)
-  // with eps_hat = eps * sqrt(1 - b2^t).
+  // tf.keras Adam: lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t); w -= lr_t * m / (sqrt(v) + eps),
+  // epsilon added unscaled (the paper's "epsilon hat").
   const double correction = std::sqrt(1 - std::pow(beta2_, static_cast<double>(step))) /
                             (1 - std::pow(beta1_, static_cast<double>(step)));
-  const double eps_hat = epsilon_ * std::sqrt(1 - std::pow(beta2_, static_cast<double>(step)));
+  const double eps_hat = epsilon_;
   for_float(var, [&](auto zero) {
     using T = decltype(zero);
     const T* __restrict w = var.data<T>();

@@ -37,6 +37,10 @@ class Optimizer {
   void set_step(int64_t step) { step_ = step; }
   // (name, slot) for every slot created so far, e.g. ("dense_0/kernel/m", ...).
   std::vector<std::pair<std::string, DVariable>> slots() const;
+  // Creates the slots of `vars` now, as apply would on first use (zeros in each variable's layout,
+  // named "<variable>/<slot>"); variables that have slots keep them. Lets a checkpoint restore
+  // fill the slots of a fresh optimizer. Throws DTypeError for a variable that is not f32 or f64.
+  void build(const std::vector<DVariable>& vars);
 
  protected:
   explicit Optimizer(Schedule lr, std::string name) : lr_(std::move(lr)), name_(std::move(name)) {}
@@ -49,6 +53,9 @@ class Optimizer {
                       int64_t step) const = 0;
 
  private:
+  // The slots of `var`, created (zeros) if it has none yet.
+  std::vector<DVariable>& slots_of(const DVariable& var, const std::string& function);
+
   Schedule lr_;
 
  protected:

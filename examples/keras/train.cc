@@ -1,0 +1,252 @@
+// The Keras distributed-training guide in C++: an MLP classifier on MNIST-style digits, built in a
+// MirroredStrategy's scope, trained with fit on every replica, checkpointed every epoch and
+// resumed after a crash.
+//
+//   tools/bazel run //examples/keras:train -- --checkpoint_dir=/tmp/ckpt --crash_after_steps=40
+//   tools/bazel run //examples/keras:train -- --checkpoint_dir=/tmp/ckpt   # resumes, finishes
+//
+// The first command is killed mid-training (it exits with status 3 after 40 steps, in epoch 2 of
+// 29 steps each, like a lost machine); the second finds the newest checkpoint in --checkpoint_dir
+// (epoch 1's) and continues from it.
+// Its final weights are bit for bit those of a run that was never interrupted: compare the
+// "weights fnv1a64" line. Running the finished job once more trains nothing.
+//
+// Flags (--name=value): replicas (8; devices of the mesh `replica=N`), epochs (3),
+// per_replica_batch (16; the global batch is this times the replicas), lr (1e-3), seed (22),
+// checkpoint_dir (/tmp/dtensor_keras_ckpt; relative paths are taken from where `bazel run` was
+// started), save_every_steps (0: save every epoch), keep (3 checkpoints), crash_after_steps (0:
+// never; counts the steps of this process), train_examples (4000), data_dir (the four MNIST IDX
+// files, gz or raw, instead of synthetic digits), metrics_out (a .csv or JSON-lines file of the
+// epoch logs). Under mpirun, --virtual_cpus is taken by the runtime and --replicas is the total.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "dtensor/data/idx.h"
+#include "dtensor/keras/checkpoint_callbacks.h"
+#include "dtensor/keras/layers.h"
+#include "dtensor/keras/strategy.h"
+#include "dtensor/keras/trainer.h"
+#include "dtensor/runtime.h"
+#include "dtensor/virtual_devices.h"
+#include "ops/ops.h"
+
+namespace {
+
+using namespace dtensor;
+
+struct Flags {
+  int64_t replicas = 8;
+  int64_t epochs = 3;
+  int64_t per_replica_batch = 16;
+  double lr = 1e-3;
+  uint64_t seed = 22;
+  std::string checkpoint_dir = "/tmp/dtensor_keras_ckpt";
+  int64_t save_every_steps = 0;
+  int64_t keep = 3;
+  int64_t crash_after_steps = 0;
+  int64_t train_examples = 4000;
+  std::string data_dir;
+  std::string metrics_out;
+};
+
+// Paths given to `bazel run` are meant relative to where it was started, not to the runfiles.
+std::string from_invocation_dir(const std::string& path) {
+  const char* dir = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (path.empty() || dir == nullptr || std::filesystem::path(path).is_absolute()) return path;
+  return (std::filesystem::path(dir) / path).string();
+}
+
+Flags parse_flags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc && argv[i] != nullptr; ++i) {
+    const std::string arg = argv[i];
+    const size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) != 0 || eq == std::string::npos) {
+      throw_error<InvalidArgumentError>("train", "expected --name=value, got '{}'", arg);
+    }
+    const std::string name = arg.substr(2, eq - 2), value = arg.substr(eq + 1);
+    if (name == "replicas") {
+      f.replicas = std::stoll(value);
+    } else if (name == "epochs") {
+      f.epochs = std::stoll(value);
+    } else if (name == "per_replica_batch") {
+      f.per_replica_batch = std::stoll(value);
+    } else if (name == "lr") {
+      f.lr = std::stod(value);
+    } else if (name == "seed") {
+      f.seed = std::stoull(value);
+    } else if (name == "checkpoint_dir") {
+      f.checkpoint_dir = from_invocation_dir(value);
+    } else if (name == "save_every_steps") {
+      f.save_every_steps = std::stoll(value);
+    } else if (name == "keep") {
+      f.keep = std::stoll(value);
+    } else if (name == "crash_after_steps") {
+      f.crash_after_steps = std::stoll(value);
+    } else if (name == "train_examples") {
+      f.train_examples = std::stoll(value);
+    } else if (name == "data_dir") {
+      f.data_dir = from_invocation_dir(value);
+    } else if (name == "metrics_out") {
+      f.metrics_out = from_invocation_dir(value);
+    } else {
+      throw_error<InvalidArgumentError>("train", "unknown flag --{}", name);
+    }
+  }
+  return f;
+}
+
+std::string mnist_file(const std::string& dir, const std::string& name) {
+  for (const std::string& p : {dir + "/" + name + ".gz", dir + "/" + name}) {
+    if (std::filesystem::exists(p)) return p;
+  }
+  throw_error<IoError>("train", "no {}[.gz] in '{}'", name, dir);
+}
+
+// Train, validation and test splits: the guide holds out 10000 training examples for validation;
+// here a tenth of the training examples (at least one global batch's worth).
+struct Splits {
+  data::MnistSplit train, val, test;
+};
+
+Splits load(const Flags& f) {
+  data::MnistSplit train, test;
+  if (f.data_dir.empty()) {
+    train = data::synthetic_digits(f.train_examples, f.seed);
+    test = data::synthetic_digits(1000, f.seed + 1);
+  } else {
+    train =
+        data::load_mnist(mnist_file(f.data_dir, "train-images-idx3-ubyte"),
+                         mnist_file(f.data_dir, "train-labels-idx1-ubyte"), 0, f.train_examples);
+    test = data::load_mnist(mnist_file(f.data_dir, "t10k-images-idx3-ubyte"),
+                            mnist_file(f.data_dir, "t10k-labels-idx1-ubyte"));
+  }
+  const int64_t n = train.labels.dim(0), held_out = n / 10;
+  auto rows = [](const Tensor& t, int64_t begin, int64_t end) {
+    Shape shape = t.shape();
+    shape[0] = end - begin;
+    Tensor out = Tensor::empty(shape, t.dtype());
+    const size_t row = t.nbytes() / static_cast<size_t>(t.dim(0));
+    std::memcpy(out.raw_data(), static_cast<const char*>(t.raw_data()) + begin * row, out.nbytes());
+    return out;
+  };
+  Splits s;
+  s.train = {rows(train.images, 0, n - held_out), rows(train.labels, 0, n - held_out)};
+  s.val = {rows(train.images, n - held_out, n), rows(train.labels, n - held_out, n)};
+  s.test = test;
+  return s;
+}
+
+// FNV-1a over the bytes of every weight: equal checksums mean bit-identical weights.
+uint64_t checksum(const std::vector<DVariable>& vars) {
+  uint64_t h = 1469598103934665603ull;
+  for (const DVariable& v : vars) {
+    Tensor t = to_global(v.value());
+    const auto* bytes = static_cast<const unsigned char*>(t.raw_data());
+    for (size_t i = 0; i < t.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  }
+  return h;
+}
+
+int train(Runtime& rt, const Flags& f) {
+  if (f.replicas < 1 || f.replicas % rt.num_processes() != 0) {
+    throw_error<InvalidArgumentError>("train",
+                                      "--replicas={} must be a positive multiple of the {} "
+                                      "processes",
+                                      f.replicas, rt.num_processes());
+  }
+  configure_virtual_cpus(f.replicas / rt.num_processes());
+  const bool main_process = rt.process_index() == 0;
+
+  // Create a MirroredStrategy over every device.
+  keras::MirroredStrategy strategy;
+  if (main_process) fmt::print("Number of devices: {}\n", strategy.num_replicas_in_sync());
+
+  // Open a strategy scope: everything that creates variables goes in it.
+  std::optional<keras::Sequential> model;
+  {
+    auto scope = strategy.scope();
+    model.emplace(784,
+                  std::vector<keras::Dense>{keras::Dense(256, relu), keras::Dense(256, relu),
+                                            keras::Dense(10)},
+                  f.seed);
+  }
+  Adam optimizer(f.lr);
+  keras::Trainer trainer(*model, optimizer, keras::sparse_categorical_crossentropy(),
+                         keras::metrics_list<keras::SparseCategoricalAccuracy>());
+
+  // Datasets of global batches, each replica getting its slice.
+  Splits splits = load(f);
+  const int64_t global_batch = f.per_replica_batch * strategy.num_replicas_in_sync();
+  data::Dataset train_data = strategy.distribute_dataset(splits.train.images, splits.train.labels);
+  train_data.shuffle(f.seed).batch(global_batch).repeat().prefetch(2);
+  data::Dataset val_data = strategy.distribute_dataset(splits.val.images, splits.val.labels);
+  val_data.batch(global_batch);
+  data::Dataset test_data = strategy.distribute_dataset(splits.test.images, splits.test.labels);
+  test_data.batch(global_batch);
+  if (main_process) {
+    fmt::print("{} train / {} validation / {} test examples; global batch {}\n",
+               train_data.num_examples(), val_data.num_examples(), test_data.num_examples(),
+               global_batch);
+  }
+
+  // Checkpoint the whole training state every epoch; restore the newest one on start.
+  const keras::SaveFreq freq = f.save_every_steps > 0 ? keras::SaveFreq::steps(f.save_every_steps)
+                                                      : keras::SaveFreq::epoch();
+  keras::BackupAndRestore checkpoints(f.checkpoint_dir, freq, f.keep, /*delete_checkpoint=*/false);
+  std::optional<keras::MetricsLogger> logger;
+  if (!f.metrics_out.empty()) logger.emplace(f.metrics_out);
+  int64_t steps_here = 0;
+  keras::LambdaCallback crash;  // and progress notes
+  crash.batch_end = [&](int64_t, const keras::Logs&) {
+    if (++steps_here == f.crash_after_steps) {
+      fmt::print("simulated crash after {} steps (global step {})\n", steps_here,
+                 crash.trainer().counters().global_step);
+      std::fflush(stdout);
+      std::_Exit(3);  // no unwinding, no clean-up: as if the machine went away
+    }
+  };
+  bool announced = false;
+  crash.epoch_begin = [&](int64_t epoch, const keras::Logs&) {
+    if (announced || !main_process || !checkpoints.restored_step()) return;
+    announced = true;
+    fmt::print("resumed from {}/ckpt-{}: epoch {}, step {} of it\n", f.checkpoint_dir,
+               *checkpoints.restored_step(), epoch + 1, trainer.counters().step_in_epoch);
+  };
+  keras::FitOptions options;
+  options.epochs = f.epochs;
+  options.validation_data = &val_data;
+  options.callbacks = {&checkpoints, &crash};
+  if (logger) options.callbacks.push_back(&*logger);
+  if (!main_process) options.verbose = keras::Verbosity::kSilent;
+
+  keras::History history = trainer.fit(train_data, options);
+  if (main_process) {
+    if (checkpoints.restored_step() && !announced) {
+      fmt::print("restored {}/ckpt-{}: training was complete\n", f.checkpoint_dir,
+                 *checkpoints.restored_step());
+    }
+    fmt::print("trained {} epochs in this run; global step {}\n", history.epochs.size(),
+               trainer.counters().global_step);
+  }
+  keras::Logs test = trainer.evaluate(test_data);
+  const uint64_t sum = checksum(model->variables());
+  if (main_process) {
+    fmt::print("test: loss {} accuracy {}\n", test.at("loss"), test.at("accuracy"));
+    fmt::print("weights fnv1a64: {:016x}\n", sum);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return dtensor::run_main(
+      argc, argv, [&](dtensor::Runtime& rt) { return train(rt, parse_flags(argc, argv)); });
+}
