@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -35,14 +37,8 @@ std::string exact_number(double v) {
   return fmt::format("{}", v);
 }
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
+// A JSON string literal, every character escaped as JSON requires.
+std::string json_string(const std::string& s) { return nlohmann::json(s).dump(); }
 
 std::vector<std::string> split_csv_line(const std::string& line) {
   std::vector<std::string> out(1);
