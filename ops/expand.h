@@ -30,11 +30,11 @@ using LocalKernel = std::function<Tensor(const Shards& shards)>;
 // the whole op, to decide between inline and parallel execution.
 //
 // `stack_rows_of` >= 0 says the kernel is row-separable in that input: a rank-2 input whose row
-// r gives output row r, every output element computed the same way whatever the other rows
-// (matmul's left operand: BLAS splits rows, never the contraction). When the other inputs are the
-// same buffers on every device (a replicated weight), the devices' rows are stacked into one
-// kernel call and the result split back by rows: one call on all threads instead of one per
-// device, with the same bits, and the shared operand prepared (BLAS packing) once.
+// r gives output row r (matmul's left operand: the contraction is per row). When the other
+// inputs are the same buffers on every device (a replicated weight), the devices' rows are
+// stacked into one kernel call and the result split back by rows: one call on all threads instead
+// of one per device, and the shared operand prepared (BLAS packing) once. BLAS may pick other
+// kernels for the taller matrix, so results agree with per-device calls to rounding.
 DTensor run_local(const std::vector<const DTensor*>& inputs, const Layout& output_layout,
                   const Shape& output_shape, DType output_dtype, double work,
                   const LocalKernel& kernel, int stack_rows_of = -1);
