@@ -57,6 +57,10 @@ class CollectiveBackend {
   virtual void barrier(const Group& group) = 0;
 };
 
+// One result shared by every member in `inputs` (re-tagged with each member's device): how a
+// backend returns a replicated result stored once.
+std::vector<Tensor> share_result(const Tensor& result, const std::vector<Tensor>& inputs);
+
 // The backend for devices that live in this process: threads and shared memory. It requires
 // every member of a group to be local.
 std::shared_ptr<CollectiveBackend> make_in_process_backend();

@@ -18,14 +18,14 @@ std::vector<int64_t> Group::local_positions() const {
   return positions;
 }
 
-namespace {
-
-std::vector<Tensor> shared_result(const Tensor& result, const std::vector<Tensor>& inputs) {
+std::vector<Tensor> share_result(const Tensor& result, const std::vector<Tensor>& inputs) {
   std::vector<Tensor> out;
   out.reserve(inputs.size());
   for (const Tensor& in : inputs) out.push_back(result.with_device(in.device()));
   return out;
 }
+
+namespace {
 
 Shape with_dim(Shape shape, int64_t axis, int64_t size) {
   shape[static_cast<size_t>(axis)] = size;
@@ -57,7 +57,7 @@ class InProcessBackend final : public CollectiveBackend {
   std::vector<Tensor> all_reduce(const Group& group, const std::vector<Tensor>& inputs,
                                  ReduceOp op) override {
     require_local(group, "all_reduce");
-    return shared_result(reduce_tensors(inputs, op), inputs);
+    return share_result(reduce_tensors(inputs, op), inputs);
   }
 
   std::vector<Tensor> all_gather(const Group& group, const std::vector<Tensor>& inputs,
@@ -73,7 +73,7 @@ class InProcessBackend final : public CollectiveBackend {
                in.shape());
       offset += in.dim(axis);
     }
-    return shared_result(out, inputs);
+    return share_result(out, inputs);
   }
 
   std::vector<Tensor> reduce_scatter(const Group& group, const std::vector<Tensor>& inputs,
@@ -127,7 +127,7 @@ class InProcessBackend final : public CollectiveBackend {
   std::vector<Tensor> broadcast(const Group& group, const std::vector<Tensor>& inputs,
                                 int64_t root) override {
     require_local(group, "broadcast");
-    return shared_result(inputs[static_cast<size_t>(root)], inputs);
+    return share_result(inputs[static_cast<size_t>(root)], inputs);
   }
 
   void barrier(const Group& group) override { require_local(group, "barrier"); }

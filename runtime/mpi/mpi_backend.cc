@@ -63,13 +63,6 @@ Group all_owned_here(const Group& group) {
   return out;
 }
 
-std::vector<Tensor> shared_by(const Tensor& result, const std::vector<Tensor>& inputs) {
-  std::vector<Tensor> out;
-  out.reserve(inputs.size());
-  for (const Tensor& in : inputs) out.push_back(result.with_device(in.device()));
-  return out;
-}
-
 int mpi_count(int64_t n, const char* function) {
   if (n > INT_MAX) {
     throw_error<CommunicationError>(function,
@@ -162,7 +155,7 @@ class MpiBackend final : public CollectiveBackend {
                                  ReduceOp op) override {
     ProcessView view = view_of(group);
     if (view.single()) return local_->all_reduce(group, inputs, op);
-    return shared_by(reduce_across(group, view, inputs, op, "all_reduce"), inputs);
+    return share_result(reduce_across(group, view, inputs, op, "all_reduce"), inputs);
   }
 
   std::vector<Tensor> all_gather(const Group& group, const std::vector<Tensor>& inputs,
@@ -170,7 +163,7 @@ class MpiBackend final : public CollectiveBackend {
     ProcessView view = view_of(group);
     if (view.single()) return local_->all_gather(group, inputs, axis);
     std::vector<Tensor> all = gather_members(group, view, inputs, "all_gather");
-    return shared_by(local_->all_gather(all_owned_here(group), all, axis)[0], inputs);
+    return share_result(local_->all_gather(all_owned_here(group), all, axis)[0], inputs);
   }
 
   std::vector<Tensor> reduce_scatter(const Group& group, const std::vector<Tensor>& inputs,
@@ -332,7 +325,7 @@ class MpiBackend final : public CollectiveBackend {
         MPI_Bcast(source.raw_data(), mpi_count(static_cast<int64_t>(source.nbytes()), "broadcast"),
                   MPI_BYTE, root_rank, comm),
         "broadcast", "MPI_Bcast");
-    return shared_by(source, inputs);
+    return share_result(source, inputs);
   }
 
   void barrier(const Group& group) override {
@@ -343,12 +336,17 @@ class MpiBackend final : public CollectiveBackend {
   }
 
  private:
+  // The reduction over this process's members (through the in-process backend).
+  Tensor reduce_local(const Group& group, const ProcessView& view,
+                      const std::vector<Tensor>& inputs, ReduceOp op) {
+    if (inputs.size() == 1) return inputs[0];
+    return local_->all_reduce(owned_here(group, view.local_members()), inputs, op)[0];
+  }
+
   // The reduction over every member: local members first, then MPI across the processes.
   Tensor reduce_across(const Group& group, const ProcessView& view,
                        const std::vector<Tensor>& inputs, ReduceOp op, const char* function) {
-    Tensor mine = inputs.size() == 1
-                      ? inputs[0]
-                      : local_->all_reduce(owned_here(group, view.local_members()), inputs, op)[0];
+    Tensor mine = reduce_local(group, view, inputs, op);
     Tensor out = Tensor::empty(mine.shape(), mine.dtype(), inputs[0].device());
     std::lock_guard<std::mutex> lock(mu_);
     MPI_Comm comm = comm_for(view.processes);
@@ -365,9 +363,7 @@ class MpiBackend final : public CollectiveBackend {
   std::vector<Tensor> reduce_scatter_blocks(const Group& group, const ProcessView& view,
                                             const std::vector<Tensor>& inputs, ReduceOp op,
                                             int64_t axis) {
-    Tensor mine = inputs.size() == 1
-                      ? inputs[0]
-                      : local_->all_reduce(owned_here(group, view.local_members()), inputs, op)[0];
+    Tensor mine = reduce_local(group, view, inputs, op);
     const int64_t k = group.size();
     const int64_t n = mine.dim(axis);
     const int64_t row = mine.dim(axis) == 0 ? 0 : mine.num_elements() / mine.dim(axis);
