@@ -207,46 +207,39 @@ std::vector<int64_t> at_axis(int64_t rank, int64_t axis, int64_t offset) {
 std::vector<Tensor> slice_step(const std::vector<Tensor>& shards, const Mesh& mesh,
                                const RelayoutStep& step) {
   const int64_t k = mesh.dims()[step.mesh_dim].size;
-  std::map<std::pair<const void*, int64_t>, Tensor> made;
   std::vector<Tensor> out;
   out.reserve(shards.size());
   const auto& ids = mesh.local_device_ids();
   for (size_t i = 0; i < shards.size(); ++i) {
     const Tensor& src = shards[i];
     const int64_t c = mesh.coord(ids[i], step.mesh_dim);
-    auto key = std::make_pair(src.raw_data(), c);
-    auto it = made.find(key);
-    if (it == made.end()) {
-      ShardRange r = chunk_range(src.dim(step.to_axis), k, c);
-      Shape extent = src.shape();
-      extent[step.to_axis] = r.size;
-      it = made.emplace(key, slice_box(src, at_axis(src.rank(), step.to_axis, r.offset), extent))
-               .first;
+    // A linear scan over the few local devices for an earlier device with the same slice.
+    size_t j = 0;
+    while (j < i && !(shards[j].is_same_as(src) && mesh.coord(ids[j], step.mesh_dim) == c)) ++j;
+    if (j < i) {
+      out.push_back(out[j].with_device(src.device()));
+      continue;
     }
-    out.push_back(it->second.with_device(src.device()));
+    ShardRange r = chunk_range(src.dim(step.to_axis), k, c);
+    Shape extent = src.shape();
+    extent[step.to_axis] = r.size;
+    out.push_back(slice_box(src, at_axis(src.rank(), step.to_axis, r.offset), extent));
   }
   return out;
 }
 
-// Replicated -> partial: for sum, devices off coordinate 0 along the mesh dim hold zeros (one
-// shared zero buffer per shape); max and min keep the value everywhere.
+// Replicated -> partial: for sum, devices off coordinate 0 along the mesh dim hold shared zeros;
+// max and min keep the value everywhere.
 std::vector<Tensor> make_partial_step(const std::vector<Tensor>& shards, const Mesh& mesh,
                                       const RelayoutStep& step) {
   if (step.op != ReduceOp::kSum) return shards;
-  std::map<Shape, Tensor> zeros;
   std::vector<Tensor> out;
   const auto& ids = mesh.local_device_ids();
   for (size_t i = 0; i < shards.size(); ++i) {
-    if (mesh.coord(ids[i], step.mesh_dim) == 0) {
-      out.push_back(shards[i]);
-      continue;
-    }
-    auto it = zeros.find(shards[i].shape());
-    if (it == zeros.end()) {
-      it = zeros.emplace(shards[i].shape(), Tensor::zeros(shards[i].shape(), shards[i].dtype()))
-               .first;
-    }
-    out.push_back(it->second.with_device(shards[i].device()));
+    const Tensor& s = shards[i];
+    out.push_back(mesh.coord(ids[i], step.mesh_dim) == 0
+                      ? s
+                      : Tensor::shared_zeros(s.shape(), s.dtype(), s.device()));
   }
   return out;
 }

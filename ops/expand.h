@@ -26,18 +26,30 @@ class Shards {
 
 using LocalKernel = std::function<Tensor(const Shards& shards)>;
 
+// How the calls of one kernel on several devices may be merged into fewer, larger calls.
+struct Stacking {
+  // >= 0: the kernel is row-separable in that input: a rank-2 input whose row r gives output
+  // row r (matmul's left operand: the contraction is per row). When the other inputs are the
+  // same buffers on every device (a replicated weight), the devices' rows are stacked into one
+  // kernel call and the result split back by rows: one call on all threads instead of one per
+  // device, and the shared operand prepared (BLAS packing) once.
+  int rows_of = -1;
+  // The kernel sums over dim 0 of every input (matmul with a transposed left operand: aᵀb), so
+  // its value on inputs stacked along dim 0 is the sum of its values on the parts. When the
+  // output is a partial sum, the local devices of each partial group (those differing only along
+  // the partial mesh dims) then run as one call on their stacked inputs, which adds their terms
+  // inside the kernel: the first member's shard holds the group's sum and the others hold
+  // shared zeros (Tensor::shared_zeros), which reductions skip. The later all-reduce across the
+  // group only moves the one sum; a group that spans processes sends one term per process.
+  bool contraction = false;
+};
+
 // `inputs` are already in the layouts the rule chose; `work` estimates the flops (or bytes) of
-// the whole op, to decide between inline and parallel execution.
-//
-// `stack_rows_of` >= 0 says the kernel is row-separable in that input: a rank-2 input whose row
-// r gives output row r (matmul's left operand: the contraction is per row). When the other
-// inputs are the same buffers on every device (a replicated weight), the devices' rows are
-// stacked into one kernel call and the result split back by rows: one call on all threads instead
-// of one per device, and the shared operand prepared (BLAS packing) once. BLAS may pick other
-// kernels for the taller matrix, so results agree with per-device calls to rounding.
+// the whole op, to decide between inline and parallel execution. With `stacking`, BLAS may pick
+// other kernels for the taller matrices, so results agree with per-device calls to rounding.
 DTensor run_local(const std::vector<const DTensor*>& inputs, const Layout& output_layout,
                   const Shape& output_shape, DType output_dtype, double work,
-                  const LocalKernel& kernel, int stack_rows_of = -1);
+                  const LocalKernel& kernel, Stacking stacking = {});
 
 // The BLAS threads a kernel running on the current thread may use (set by run_local).
 int local_blas_threads();

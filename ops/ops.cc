@@ -32,7 +32,7 @@ int64_t normalize_axis(int64_t axis, int64_t rank, const char* op, const DTensor
 // Decides the layouts, relayouts the inputs and runs `kernel` on every shard.
 DTensor expand(const OpSignature& sig, const std::vector<const DTensor*>& inputs,
                const Shape& out_shape, DType out_dtype, double work, const LocalKernel& kernel,
-               int stack_rows_of = -1) {
+               Stacking stacking = {}) {
   check_same_mesh(sig.op.c_str(), inputs);
   auto decision = decide_sharding(sig, inputs);
   // Only inputs whose layout changes are copied.
@@ -44,7 +44,7 @@ DTensor expand(const OpSignature& sig, const std::vector<const DTensor*>& inputs
     moved.push_back(relayout(*inputs[i], decision->inputs[i]));
     ready[i] = &moved.back();
   }
-  return run_local(ready, decision->output, out_shape, out_dtype, work, kernel, stack_rows_of);
+  return run_local(ready, decision->output, out_shape, out_dtype, work, kernel, stacking);
 }
 
 DTensor unary_op(const char* name, UnaryOp op, const DTensor& x, bool linear = false) {
@@ -330,14 +330,19 @@ DTensor fwd_matmul(const DTensor& a, const DTensor& b, bool transpose_a, bool tr
                   out_letters,
                   Linearity::kMultilinear};
   const double flops = 2.0 * static_cast<double>(num_elements(batch)) * m * n * ka;
-  // A plain [m,k] left operand is row-separable: devices sharing b run as one call.
-  const int stack_rows_of = !transpose_a && a.rank() == 2 && b.rank() == 2 ? 0 : -1;
+  // A plain [m,k] left operand is row-separable: devices sharing b run as one call. aᵀb sums
+  // over dim 0 of both operands: the devices of a partial group run as one call.
+  Stacking stacking;
+  if (a.rank() == 2 && b.rank() == 2) {
+    stacking.rows_of = transpose_a ? -1 : 0;
+    stacking.contraction = transpose_a && !transpose_b;
+  }
   return expand(
       sig, {&a, &b}, out, a.dtype(), flops,
       [=](const Shards& s) {
         return kernels::matmul(s[0], s[1], {transpose_a, transpose_b, local_blas_threads()});
       },
-      stack_rows_of);
+      stacking);
 }
 
 DTensor fwd_reduce_sum(const DTensor& x, std::vector<int64_t> axes, bool keepdims) {

@@ -204,6 +204,49 @@ TEST_CASE("matmul matches one device for every sharding") {
   }
 }
 
+TEST_CASE("a contraction over a sharded dim sums each partial group in one call") {
+  // aᵀb with the contracted rows sharded: the local devices of each partial group run as one
+  // call; one holds the group's sum, the others shared zeros. Every consumer must see the same
+  // global value as with one term per device: relayouts to every layout, linear ops passing the
+  // partial state through, and a second contraction that reads the collapsed terms.
+  Gen gen(11);
+  for (const Mesh& mesh : standard_meshes()) {
+    const std::vector<Layout> layouts = all_layouts(mesh, 2, true);
+    for (int c = 0; c < 12; ++c) {
+      const int64_t k = gen.dim(9, 21), m = gen.dim(1, 7), n = gen.dim(1, 7);
+      Tensor a = gen.values({k, m}, -2, 2), b = gen.values({k, n}, -2, 2);
+      // The contracted dim sharded along a mesh dim (uneven when k does not divide).
+      const size_t d = gen.pick(mesh.dims().size());
+      const std::string along = mesh.dims()[d].name;
+      const std::string other = mesh.dims()[(d + 1) % mesh.dims().size()].name;
+      DTensor da = distribute(a, Layout({along, "unsharded"}, mesh));
+      DTensor db = distribute(b, Layout({along, gen.coin() || other == along ? "unsharded" : other}, mesh));
+      DTensor y = matmul(da, db, true, false);
+      const std::string what = "aᵀb " + describe({da, db});
+      INFO(what);
+      REQUIRE(y.layout().is_partial());
+      for (const auto& group : mesh.groups(y.layout().partial_mask())) {
+        int holders = 0, local = 0;
+        for (int64_t id : group) {
+          if (!mesh.is_local(id)) continue;
+          ++local;
+          holders += y.shard(mesh.local_index(id)).is_shared_zeros() ? 0 : 1;
+        }
+        CHECK(holders == std::min(local, 1));
+      }
+      Tensor want = kernels::matmul(a, b, {true, false, 0});
+      check_close(to_global(y), want, what);
+      const Layout& to = layouts[gen.pick(layouts.size())];
+      check_close(to_global(relayout(y, to)), want, what + " relayout to " + to.short_string());
+      check_close(to_global(scale(add(y, y), 0.5)), want, what + " linear chain");
+      Tensor w = gen.values({m, 3}, -2, 2);
+      DTensor dw = distribute(w, Layout::replicated(mesh, 2));
+      check_close(to_global(matmul(y, dw, true, false)),
+                  kernels::matmul(want, w, {true, false, 0}), what + " second contraction");
+    }
+  }
+}
+
 TEST_CASE("reductions match one device, uneven and partial included") {
   Gen gen(4);
   using R = kernels::ReduceKind;

@@ -114,6 +114,10 @@ void copy_box(const Tensor& src, const std::vector<int64_t>& src_begin, Tensor& 
 }
 
 Tensor slice_box(const Tensor& src, const std::vector<int64_t>& begin, const Shape& extent) {
+  if (src.is_shared_zeros()) {
+    check_box(src, begin, extent, "source");
+    return Tensor::shared_zeros(extent, src.dtype(), src.device());
+  }
   Tensor out = Tensor::empty(extent, src.dtype(), src.device());
   copy_box(src, begin, out, std::vector<int64_t>(extent.size(), 0), extent);
   return out;
@@ -179,6 +183,17 @@ Tensor reduce_tensors(const std::vector<Tensor>& inputs, ReduceOp op) {
     if (in.dtype() != first.dtype() || in.shape() != first.shape()) {
       throw_error<ShapeError>("reduce_tensors", "cannot reduce {} with {}", in.to_string(),
                               first.to_string());
+    }
+  }
+  if (op == ReduceOp::kSum) {
+    // Shared zeros add nothing: the sum of the others (one of them itself, when only one is left).
+    std::vector<Tensor> terms;
+    for (const Tensor& in : inputs) {
+      if (!in.is_shared_zeros()) terms.push_back(in);
+    }
+    if (terms.size() < inputs.size()) {
+      if (terms.empty()) return first;
+      return terms.size() == 1 ? terms[0] : reduce_tensors(terms, op);
     }
   }
   Tensor acc = Tensor::empty(first.shape(), first.dtype(), first.device());

@@ -17,7 +17,7 @@ namespace dtensor {
 void copy_box(const Tensor& src, const std::vector<int64_t>& src_begin, Tensor& dst,
               const std::vector<int64_t>& dst_begin, const Shape& extent);
 
-// A new tensor holding the box `extent` at `begin` of `src`.
+// A new tensor holding the box `extent` at `begin` of `src` (shared zeros for shared zeros).
 Tensor slice_box(const Tensor& src, const std::vector<int64_t>& begin, const Shape& extent);
 
 // dst[i] = op(dst[i], src[i]) over elements [begin, end) of two tensors of equal shape and dtype.
@@ -32,6 +32,8 @@ inline void reduce_into(Tensor& dst, const Tensor& src, ReduceOp op) {
 // of inputs: [0, n) reduces as [0, m) op [m, n) with m = ceil(n/2). A reduction whose members are
 // split evenly over two processes (each reducing its half here, then MPI adding the halves)
 // therefore gives the same floating-point bits as one over all members in one process.
+// Exception: a sum skips shared-zeros inputs (Tensor::shared_zeros) and, when one input is left,
+// returns that input itself (the result then shares its storage).
 Tensor reduce_tensors(const std::vector<Tensor>& inputs, ReduceOp op);
 
 }  // namespace dtensor

@@ -55,3 +55,39 @@ TEST_CASE("block operations reject boxes and dtypes that do not fit") {
   CHECK_THROWS_MATCHES(reduce_into(dst, src, ReduceOp::kSum), ShapeError,
                        Message("[reduce_into] cannot reduce f32[3,4]@CPU:0 into f32[2,2]@CPU:0"));
 }
+
+TEST_CASE("shared zeros are read-only zeros that sums skip") {
+  Tensor big = Tensor::shared_zeros({300, 500}, DType::kF32, Device{DeviceType::kCPU, 3});
+  Tensor small = Tensor::shared_zeros({7}, DType::kBF16);
+  CHECK(big.is_shared_zeros());
+  CHECK(big.device().id == 3);
+  CHECK_FALSE(big.is_unique());  // no caller may take it for a private buffer to write
+  for (int64_t i = 0; i < big.num_elements(); ++i) REQUIRE(big.data<float>()[i] == 0.0f);
+  CHECK(static_cast<float>(small.data<BFloat16>()[6]) == 0.0f);
+  CHECK_FALSE(Tensor::zeros({4}, DType::kF32).is_shared_zeros());
+  CHECK_FALSE(big.clone().is_shared_zeros());
+  CHECK(slice_box(big, {10, 20}, {5, 5}).is_shared_zeros());
+  CHECK_THROWS_MATCHES(slice_box(big, {299, 0}, {2, 5}), ShapeError,
+                       Message("[copy_box] source box at [299,0] of extent [2,5] does not fit "
+                               "f32[300,500]@CPU:3"));
+
+  Tensor a = Tensor::empty({2, 3}, DType::kF32), b = Tensor::empty({2, 3}, DType::kF32);
+  for (int i = 0; i < 6; ++i) {
+    a.data<float>()[i] = static_cast<float>(i) + 0.25f;
+    b.data<float>()[i] = -2.0f * static_cast<float>(i);
+  }
+  Tensor z = Tensor::shared_zeros({2, 3}, DType::kF32);
+  // One term left: the sum is that term itself, no copy.
+  Tensor one = reduce_tensors({z, a, z, z}, ReduceOp::kSum);
+  CHECK(one.shares_storage_with(a));
+  // Several left: their sum, as if the zeros were not there.
+  CHECK(bitwise_equal(reduce_tensors({z, a, z, b}, ReduceOp::kSum),
+                      reduce_tensors({a, b}, ReduceOp::kSum)));
+  CHECK(reduce_tensors({z, z}, ReduceOp::kSum).is_shared_zeros());
+  // Max and min have another identity: zeros are real operands there.
+  Tensor m = reduce_tensors({z, b}, ReduceOp::kMax);
+  CHECK_FALSE(m.shares_storage_with(b));
+  CHECK(m.data<float>()[0] == 0.0f);
+  CHECK(m.data<float>()[1] == 0.0f);
+  CHECK(reduce_tensors({z, b}, ReduceOp::kMin).data<float>()[1] == -2.0f);
+}

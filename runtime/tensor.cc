@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <vector>
 
 #include "runtime/buffer_pool.h"
 
@@ -52,6 +55,29 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
   std::memset(t.raw_data(), 0, t.nbytes());
   return t;
+}
+
+Tensor Tensor::shared_zeros(const Shape& shape, DType dtype, Device device) {
+  validate_shape(shape, "Tensor::shared_zeros");
+  const size_t nbytes = static_cast<size_t>(dtensor::num_elements(shape)) * dtype_size(dtype);
+  // Grown geometrically; outgrown storages stay registered (tensors may still view them), so
+  // none ever becomes unique and no caller can take it for a private buffer.
+  static std::mutex mu;
+  static auto* storages = new std::vector<std::shared_ptr<Storage>>;
+  std::shared_ptr<Storage> storage;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (storages->empty() || storages->back()->nbytes() < nbytes) {
+      const size_t size = std::max<size_t>(
+          {nbytes, storages->empty() ? 0 : 2 * storages->back()->nbytes(), size_t{1} << 16});
+      auto fresh = std::make_shared<Storage>(size);
+      std::memset(fresh->data(), 0, size);
+      fresh->shared_zeros_ = true;
+      storages->push_back(std::move(fresh));
+    }
+    storage = storages->back();
+  }
+  return Tensor(shape, dtype, device, std::move(storage));
 }
 
 Tensor Tensor::clone() const {

@@ -30,10 +30,14 @@ class Storage {
   void* data() { return data_; }
   const void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
+  // True for the process-wide zero storage behind Tensor::shared_zeros.
+  bool is_shared_zeros() const { return shared_zeros_; }
 
  private:
+  friend class Tensor;
   void* data_;
   size_t nbytes_;
+  bool shared_zeros_ = false;
 };
 
 class Tensor {
@@ -45,6 +49,10 @@ class Tensor {
   static Tensor empty(const Shape& shape, DType dtype, Device device = {});
   // Zero-filled.
   static Tensor zeros(const Shape& shape, DType dtype, Device device = {});
+  // Zero-filled, on storage shared by the whole process and never written: a stand-in that
+  // costs no allocation, for a term known to contribute nothing (a partial sum's other terms
+  // once one shard holds the sum; see ops/expand.h). Nothing may write it; it is never unique.
+  static Tensor shared_zeros(const Shape& shape, DType dtype, Device device = {});
   // Wraps existing storage; `storage` must hold at least num_elements(shape) * dtype_size bytes.
   Tensor(Shape shape, DType dtype, Device device, std::shared_ptr<Storage> storage);
 
@@ -80,6 +88,13 @@ class Tensor {
   // True if no other Tensor shares this storage.
   bool is_unique() const { return storage_.use_count() == 1; }
   bool shares_storage_with(const Tensor& other) const { return storage_ == other.storage_; }
+  // True if both handles view the same elements: same storage, shape and dtype (shared zeros of
+  // different shapes share storage but are different tensors). Devices are ignored.
+  bool is_same_as(const Tensor& other) const {
+    return storage_ == other.storage_ && shape_ == other.shape_ && dtype_ == other.dtype_;
+  }
+  // True if this is a shared_zeros tensor (all elements zero, storage read-only).
+  bool is_shared_zeros() const { return storage_->is_shared_zeros(); }
 
   // "f32[2,3]@CPU:0"
   std::string to_string() const;

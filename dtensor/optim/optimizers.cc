@@ -103,10 +103,10 @@ void Optimizer::apply(const std::vector<DVariable>& vars, const std::vector<DTen
     for (size_t d = 0; d < n; ++d) {
       size_t same = d;
       for (size_t e = 0; e < d && same == d; ++e) {
-        bool match = value.shard(d).raw_data() == value.shard(e).raw_data() &&
-                     grad.shard(d).raw_data() == grad.shard(e).raw_data();
+        bool match = value.shard(d).is_same_as(value.shard(e)) &&
+                     grad.shard(d).is_same_as(grad.shard(e));
         for (size_t s = 0; s < k && match; ++s) {
-          match = slot_values[s].shard(d).raw_data() == slot_values[s].shard(e).raw_data();
+          match = slot_values[s].shard(d).is_same_as(slot_values[s].shard(e));
         }
         if (match) same = e;
       }
