@@ -1,35 +1,85 @@
 // Median training-step time (forward, backward, Adam) of the seed MLP (784-700-500-10) at global
-// batch 128, for the meshes batch=1, batch=8 and batch=2,model=4, measured in one run.
+// batch 128, for the meshes batch=1, batch=8 and batch=2,model=4; then the same step written by
+// hand against OpenBLAS ("mesh":"plain", bench/plain_mlp.h), the floor the machine gives that
+// arithmetic. The setups take turns, a few steps each per round with the last one timed (its
+// weights warm in cache, as in a training loop), so that a machine whose speed drifts moves all
+// of them alike and their ratios hold.
+#include <algorithm>
 #include <chrono>
+#include <functional>
+#include <memory>
+#include <random>
 #include <string>
 
-#include "bench/report.h"
+#include "bench/plain_mlp.h"
 #include "dtensor/creation.h"
 #include "dtensor/optim/optimizers.h"
 #include "examples/mnist/model.h"
 #include "ops/autograd.h"
 #include "ops/ops.h"
 
-// With an argument, only that mesh (for profiling): train_step batch=8
+namespace {
+
+using namespace dtensor;
+
+// One data-parallel or tensor-parallel training setup of the seed MLP.
+struct RuntimeStep {
+  explicit RuntimeStep(const std::string& spec)
+      : mesh(Mesh::create(parse_mesh_dims(spec), DeviceType::kCPU)),
+        model(mesh, {784, 700, 500, 10}, 22),
+        vars(model.variables()),
+        optimizer(1e-3),
+        x(random_uniform({128, 784}, model.batch_layout(2), 1)),
+        labels(cast(scale(random_uniform({128}, model.batch_layout(1), 2), 9.99), DType::kI32)) {}
+
+  void operator()() {
+    GradientTape tape;
+    for (const DVariable& v : vars) tape.watch(v);
+    DTensor loss = reduce_mean(sparse_softmax_cross_entropy(model(x), labels));
+    optimizer.apply(vars, tape.gradient(loss, vars));
+  }
+
+  Mesh mesh;
+  examples::Mlp model;
+  std::vector<DVariable> vars;
+  Adam optimizer;
+  DTensor x, labels;
+};
+
+}  // namespace
+
+// With an argument, only that setup (for profiling): train_step batch=8, train_step plain
 int main(int argc, char** argv) {
-  using namespace dtensor;
+  std::vector<std::pair<std::string, std::function<void()>>> steps;
   for (const char* spec : {"batch=1", "batch=8", "batch=2,model=4"}) {
     if (argc > 1 && std::string(argv[1]) != spec) continue;
-    Mesh mesh = Mesh::create(parse_mesh_dims(spec), DeviceType::kCPU);
-    examples::Mlp model(mesh, {784, 700, 500, 10}, 22);
-    std::vector<DVariable> vars = model.variables();
-    Adam optimizer(1e-3);
-    DTensor x = random_uniform({128, 784}, model.batch_layout(2), 1);
-    DTensor labels =
-        cast(scale(random_uniform({128}, model.batch_layout(1), 2), 9.99), DType::kI32);
-    auto step = [&] {
-      GradientTape tape;
-      for (const DVariable& v : vars) tape.watch(v);
-      DTensor loss = reduce_mean(sparse_softmax_cross_entropy(model(x), labels));
-      optimizer.apply(vars, tape.gradient(loss, vars));
-    };
-    double t = bench::median_seconds(step, 30, 5);
-    std::printf("{\"bench\":\"train_step\",\"mesh\":\"%s\",\"median_ms\":%.4g}\n", spec, t * 1e3);
-    std::fflush(stdout);
+    auto step = std::make_shared<RuntimeStep>(spec);
+    steps.emplace_back(spec, [step] { (*step)(); });
+  }
+  std::mt19937 rng(1);
+  std::vector<float> images(128 * 784);
+  std::vector<int32_t> labels(128);
+  for (float& v : images) v = std::uniform_real_distribution<float>(0, 1)(rng);
+  for (int32_t& v : labels) v = static_cast<int32_t>(rng() % 10);
+  auto plain = std::make_shared<bench::PlainMlp>(std::vector<int>{784, 700, 500, 10}, 128);
+  if (argc == 1 || std::string(argv[1]) == "plain") {
+    steps.emplace_back("plain", [=] { plain->step(images.data(), labels.data()); });
+  }
+  constexpr int kWarmup = 2, kRounds = 40, kStepsPerTurn = 3;
+  std::vector<std::vector<double>> times(steps.size());
+  for (int round = 0; round < kWarmup + kRounds; ++round) {
+    for (size_t s = 0; s < steps.size(); ++s) {
+      for (int i = 1; i < kStepsPerTurn; ++i) steps[s].second();
+      auto start = std::chrono::steady_clock::now();
+      steps[s].second();
+      std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+      if (round >= kWarmup) times[s].push_back(took.count());
+    }
+  }
+  for (size_t s = 0; s < steps.size(); ++s) {
+    std::vector<double>& t = times[s];
+    std::nth_element(t.begin(), t.begin() + kRounds / 2, t.end());
+    std::printf("{\"bench\":\"train_step\",\"mesh\":\"%s\",\"median_ms\":%.4g}\n",
+                steps[s].first.c_str(), t[kRounds / 2] * 1e3);
   }
 }
