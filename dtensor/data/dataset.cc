@@ -1,5 +1,6 @@
 #include "dtensor/data/dataset.h"
 
+#include <cstring>
 #include <utility>
 
 #include "dtensor/data/internal/batch_assembler.h"
@@ -10,9 +11,7 @@ namespace dtensor::data {
 
 namespace {
 
-std::shared_ptr<const internal::Source> make_source(Tensor features, Tensor labels, Mesh mesh,
-                                                    std::string batch_dim) {
-  const char* fn = "Dataset";
+void check_examples(const Tensor& features, const Tensor& labels, const char* fn) {
   if (features.dtype() != DType::kF32) {
     throw_error<DTypeError>(fn, "features are {}, expected f32", features.to_string());
   }
@@ -31,6 +30,44 @@ std::shared_ptr<const internal::Source> make_source(Tensor features, Tensor labe
       throw_error<InvalidArgumentError>(fn, "{} is not on the CPU", t->to_string());
     }
   }
+}
+
+// Examples in memory: rows of two tensors.
+class TensorExamples final : public ExampleSource {
+ public:
+  TensorExamples(Tensor features, Tensor labels)
+      : features_(std::move(features)),
+        labels_(std::move(labels)),
+        example_(features_.shape().begin() + 1, features_.shape().end()),
+        row_(num_elements(example_)) {}
+
+  int64_t num_examples() const override { return labels_.dim(0); }
+  const Shape& example_shape() const override { return example_; }
+
+  void read(const int64_t* ids, int64_t count, float* features, int32_t* labels) const override {
+    const float* x = features_.data<float>();
+    const int32_t* y = labels_.data<int32_t>();
+    // Runs of consecutive examples (all of an unshuffled batch) are one copy.
+    for (int64_t j = 0; j < count;) {
+      int64_t run = 1;
+      while (j + run < count && ids[j + run] == ids[j] + run) ++run;
+      std::memcpy(features + j * row_, x + ids[j] * row_,
+                  static_cast<size_t>(run * row_) * sizeof(float));
+      std::memcpy(labels + j, y + ids[j], static_cast<size_t>(run) * sizeof(int32_t));
+      j += run;
+    }
+  }
+
+ private:
+  Tensor features_, labels_;
+  Shape example_;
+  int64_t row_;
+};
+
+std::shared_ptr<const internal::Source> make_source(std::shared_ptr<const ExampleSource> examples,
+                                                    Mesh mesh, std::string batch_dim) {
+  const char* fn = "Dataset";
+  if (examples == nullptr) throw_error<InvalidArgumentError>(fn, "the example source is null");
   if (mesh.device_type() != DeviceType::kCPU) {
     throw_error<UnimplementedError>(fn, "mesh {} has {} devices; batches are built for CPU only",
                                     mesh.dims_string(), device_type_name(mesh.device_type()));
@@ -38,14 +75,20 @@ std::shared_ptr<const internal::Source> make_source(Tensor features, Tensor labe
   if (!mesh.has_dim(batch_dim)) {
     throw_error<InvalidArgumentError>(fn, "mesh {} has no dim '{}'", mesh.dims_string(), batch_dim);
   }
-  Layout feature_layout = Layout::batch_sharded(mesh, batch_dim, features.rank());
+  const int64_t rank = 1 + static_cast<int64_t>(examples->example_shape().size());
+  Layout feature_layout = Layout::batch_sharded(mesh, batch_dim, rank);
   Layout label_layout = Layout::batch_sharded(mesh, batch_dim, 1);
   return std::make_shared<const internal::Source>(
-      internal::Source{std::move(features), std::move(labels), std::move(mesh),
-                       std::move(batch_dim), std::move(feature_layout), std::move(label_layout)});
+      internal::Source{std::move(examples), std::move(mesh), std::move(batch_dim),
+                       std::move(feature_layout), std::move(label_layout)});
 }
 
 }  // namespace
+
+std::shared_ptr<const ExampleSource> tensor_examples(Tensor features, Tensor labels) {
+  check_examples(features, labels, "tensor_examples");
+  return std::make_shared<const TensorExamples>(std::move(features), std::move(labels));
+}
 
 struct Dataset::Impl {
   std::shared_ptr<const internal::Source> source;
@@ -54,7 +97,7 @@ struct Dataset::Impl {
   std::optional<internal::BatchAssembler> assembler;  // next() without prefetching
   std::unique_ptr<internal::Prefetcher> prefetcher;   // last: stopped first
 
-  int64_t num_examples() const { return source->labels.dim(0); }
+  int64_t num_examples() const { return source->examples->num_examples(); }
   // Drops everything built under the old configuration or position (joins the prefetch thread).
   void reset_pipeline() {
     prefetcher.reset();
@@ -64,8 +107,15 @@ struct Dataset::Impl {
 
 Dataset::Dataset(Tensor features, Tensor labels, Mesh mesh, std::string batch_dim)
     : impl_(std::make_unique<Impl>()) {
+  check_examples(features, labels, "Dataset");
   impl_->source =
-      make_source(std::move(features), std::move(labels), std::move(mesh), std::move(batch_dim));
+      make_source(std::make_shared<const TensorExamples>(std::move(features), std::move(labels)),
+                  std::move(mesh), std::move(batch_dim));
+}
+
+Dataset::Dataset(std::shared_ptr<const ExampleSource> examples, Mesh mesh, std::string batch_dim)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->source = make_source(std::move(examples), std::move(mesh), std::move(batch_dim));
 }
 
 Dataset::~Dataset() = default;

@@ -1,7 +1,8 @@
 // Dataset: an in-memory input pipeline that yields global batches as batch-sharded DTensors (TF
 // DTensor's DTensorDataset over tf.data's shuffle / batch / repeat / prefetch).
 //
-// The examples are the rows of `features` (f32 [N, ...]) and `labels` (i32 [N]). An epoch visits
+// The examples are the rows of `features` (f32 [N, ...]) and `labels` (i32 [N]), or those of an
+// ExampleSource (example_source.h), such as MNIST files read on demand. An epoch visits
 // every example once, in order or, after shuffle(seed), in a permutation drawn from seed + epoch
 // (the same on every process and every run). Batch b of an epoch holds the examples at positions
 // [b*B, min((b+1)*B, N)) of that order, B being the global batch size; with drop_remainder the
@@ -9,15 +10,16 @@
 // rank) and labels as Layout::batch_sharded(mesh, batch_dim, 1): device d gets the rows of its
 // chunk (Layout::shard_range, so a short last batch has shorter or empty last shards), copied
 // straight from the example rows it owns. Devices that differ only along other mesh dims share one
-// buffer. In a multi-process mesh every process holds the full features and labels, configures
-// its Dataset identically, and copies the rows of its local devices only.
+// buffer. In a multi-process mesh every process configures its Dataset identically and reads
+// only the examples of its local devices: from memory when every process holds the tensors, from
+// disk for a file source (each process then reads its own part of the files).
 //
 // The position is (epoch, batch index) of the next batch; state() and restore() save and resume
 // it (with the same configuration) for checkpoints. Configuration methods may be called at any
 // time and keep the position; a batch index past the end of an epoch moves on to the next epoch.
 //
-// Ownership: the Dataset shares the storage of `features` and `labels` (no copy) and reads it
-// while it lives, from its prefetch thread too: do not write to them meanwhile. Batches own their
+// Ownership: the Dataset shares the storage of `features` and `labels` (no copy), or the source,
+// and reads it while it lives, from its prefetch thread too: do not write to them meanwhile. Batches own their
 // shards and stay valid after the Dataset is gone. Movable, not copyable; a moved-from Dataset
 // may only be destroyed or assigned to.
 //
@@ -35,9 +37,14 @@
 #include <optional>
 #include <string>
 
+#include "dtensor/data/example_source.h"
 #include "dtensor/dtensor.h"
 
 namespace dtensor::data {
+
+// The rows of `features` (f32 [N, ...]) and `labels` (i32 [N]) as a source, sharing their storage.
+// Throws as the Dataset constructor below does for the tensors, naming tensor_examples.
+std::shared_ptr<const ExampleSource> tensor_examples(Tensor features, Tensor labels);
 
 struct Batch {
   DTensor features;  // f32 [size, ...], batch-sharded along the dataset's batch dim
@@ -67,6 +74,8 @@ class Dataset {
   // for features [N, ...], InvalidArgumentError if `mesh` has no dim `batch_dim` or the tensors
   // are not on the CPU, UnimplementedError for a mesh of other than CPU devices.
   Dataset(Tensor features, Tensor labels, Mesh mesh, std::string batch_dim);
+  // Over any source; the mesh errors as above, InvalidArgumentError for a null source.
+  Dataset(std::shared_ptr<const ExampleSource> examples, Mesh mesh, std::string batch_dim);
   ~Dataset();
   Dataset(Dataset&&) noexcept;
   Dataset& operator=(Dataset&&) noexcept;

@@ -1,5 +1,8 @@
 #include "dtensor/data/dataset.h"
 
+#include <cstdlib>
+#include <fstream>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -7,6 +10,8 @@
 #include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include "dtensor/data/idx.h"
 
 using namespace dtensor;
 using namespace dtensor::data;
@@ -238,6 +243,60 @@ TEST_CASE("a multi-process mesh copies the rows of local devices only") {
   }
 }
 
+// Raw MNIST-style files of n images of 2x2 pixels (pixel p of image i is (4i + p) % 256) and
+// labels i % 10; returns {images, labels}.
+std::pair<std::string, std::string> write_raw_mnist(const std::string& prefix, int64_t n) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string base = std::string(dir != nullptr ? dir : "/tmp") + "/" + prefix;
+  auto header = [](std::vector<uint8_t> dims) {
+    std::vector<uint8_t> out = {0, 0, 8, static_cast<uint8_t>(dims.size())};
+    for (uint8_t d : dims) out.insert(out.end(), {0, 0, 0, d});
+    return out;
+  };
+  std::vector<uint8_t> images = header({static_cast<uint8_t>(n), 2, 2});
+  std::vector<uint8_t> labels = header({static_cast<uint8_t>(n)});
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t p = 0; p < 4; ++p) images.push_back(static_cast<uint8_t>((4 * i + p) % 256));
+    labels.push_back(static_cast<uint8_t>(i % 10));
+  }
+  for (const auto& [path, bytes] : {std::make_pair(base + "-images", images),
+                                    std::make_pair(base + "-labels", labels)}) {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    REQUIRE(out.good());
+  }
+  return {base + "-images", base + "-labels"};
+}
+
+TEST_CASE("a file source on a multi-process mesh reads the local devices' images only") {
+  auto [images, labels] = write_raw_mnist("dataset-files", 37);
+  MnistSplit memory = load_mnist(images, labels);
+  for (int64_t process : {0, 1}) {
+    INFO("process " << process);
+    Mesh local = Mesh::create({{"batch", 8}}, DeviceType::kCPU, process, /*num_processes=*/2);
+    auto files = open_mnist_examples(images, labels);
+    Dataset ds(files, local, "batch");
+    ds.batch(8).shuffle(3).prefetch(2);
+    Dataset whole(memory.images, memory.labels, line8(), "batch");
+    whole.batch(8).shuffle(3);
+    int64_t local_rows = 0;
+    while (auto b = ds.next()) {
+      auto reference = whole.next();
+      REQUIRE(reference);
+      CHECK(b->features.shape() == reference->features.shape());
+      for (int64_t i = 0; i < 4; ++i) {
+        const int64_t id = local.local_device_ids()[static_cast<size_t>(i)];
+        CHECK(bitwise_equal(b->features.shard(i), reference->features.shard(id)));
+        CHECK(bitwise_equal(b->labels.shard(i), reference->labels.shard(id)));
+        local_rows += b->features.shard(i).dim(0);
+      }
+    }
+    CHECK_FALSE(whole.next());
+    CHECK(local_rows < 37);
+    CHECK(files->bytes_read() == 4 * local_rows);
+  }
+}
+
 TEST_CASE("prefetching yields the same batches as assembling in next()") {
   for (const Mesh& mesh : {line8(), grid24()}) {
     const std::string dim = mesh.rank() == 1 ? "batch" : "x";
@@ -355,6 +414,12 @@ TEST_CASE("Dataset rejects bad inputs and settings") {
   Mesh mesh = line8();
   CHECK_THROWS_MATCHES(Dataset(e.labels, e.labels, mesh, "batch"), DTypeError,
                        Message("[Dataset] features are i32[4]@CPU:0, expected f32"));
+  CHECK_THROWS_MATCHES(tensor_examples(e.labels, e.labels), DTypeError,
+                       Message("[tensor_examples] features are i32[4]@CPU:0, expected f32"));
+  CHECK_THROWS_MATCHES(Dataset(std::shared_ptr<const ExampleSource>(), mesh, "batch"),
+                       InvalidArgumentError, Message("[Dataset] the example source is null"));
+  CHECK_THROWS_MATCHES(Dataset(tensor_examples(e.features, e.labels), mesh, "rows"),
+                       InvalidArgumentError, Message("[Dataset] mesh batch=8 has no dim 'rows'"));
   CHECK_THROWS_MATCHES(Dataset(e.features, e.features, mesh, "batch"), DTypeError,
                        Message("[Dataset] labels are f32[4,3]@CPU:0, expected i32"));
   CHECK_THROWS_MATCHES(

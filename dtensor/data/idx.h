@@ -15,10 +15,13 @@
 // Thread-safety: the functions keep no state; they may run concurrently on any files.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "dtensor/data/example_source.h"
 #include "runtime/tensor.h"
 
 namespace dtensor::data {
@@ -43,6 +46,48 @@ struct MnistSplit {
 // Throws IoError for bad files and InvalidArgumentError for a range outside [0, n].
 MnistSplit load_mnist(const std::string& images_path, const std::string& labels_path,
                       int64_t offset = 0, int64_t limit = -1);
+
+// Examples [offset, offset + limit) of an images file and a labels file as an ExampleSource that
+// reads each image when a Dataset asks for it (pread on the raw file), so every process of a
+// multi-process job reads only the images of its own devices. Opening reads the two headers and
+// the labels of the range (a byte each) and checks the files as load_mnist does, the file sizes
+// included; features are pixel values / 255, [rows*cols] per example. The files must not change
+// while the source lives. A gzip file cannot be read at an offset: its images are decompressed
+// at open, once, and served from memory. Errors as load_mnist's, naming open_mnist_examples;
+// read() throws IoError if a file fails or shrinks.
+class MnistFileExamples final : public ExampleSource {
+ public:
+  ~MnistFileExamples() override;
+  MnistFileExamples(const MnistFileExamples&) = delete;
+  MnistFileExamples& operator=(const MnistFileExamples&) = delete;
+
+  int64_t num_examples() const override { return static_cast<int64_t>(labels_.size()); }
+  const Shape& example_shape() const override { return example_; }
+  void read(const int64_t* ids, int64_t count, float* features, int32_t* labels) const override;
+
+  // Image bytes read from the file since opening (0 for a gzip file, read whole at open).
+  int64_t bytes_read() const { return bytes_read_.load(std::memory_order_relaxed); }
+  bool reads_on_demand() const { return fd_ >= 0; }
+
+ private:
+  friend std::shared_ptr<const MnistFileExamples> open_mnist_examples(const std::string&,
+                                                                      const std::string&, int64_t,
+                                                                      int64_t);
+  MnistFileExamples() = default;
+
+  std::string images_path_;
+  int fd_ = -1;                  // the raw images file, or -1 when served from memory
+  int64_t first_byte_ = 0;       // file offset of example 0 of the range
+  Shape example_;                // {rows * cols}
+  std::vector<uint8_t> images_;  // the range's pixels, for a gzip file
+  std::vector<int32_t> labels_;  // the range's labels
+  mutable std::atomic<int64_t> bytes_read_{0};
+};
+
+std::shared_ptr<const MnistFileExamples> open_mnist_examples(const std::string& images_path,
+                                                             const std::string& labels_path,
+                                                             int64_t offset = 0,
+                                                             int64_t limit = -1);
 
 // `n` synthetic 28x28 digits, so that examples run without a download. Each class 0..9 is a
 // stroke pattern (seven-segment style, with a diagonal for 4 and 7 and a centred 1) drawn with a

@@ -1,6 +1,7 @@
 #include "dtensor/data/idx.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <catch2/catch.hpp>
@@ -384,4 +385,78 @@ TEST_CASE("synthetic_digits is learnable by a small MLP") {
   const double accuracy = static_cast<double>(correct) / n_test;
   INFO("MLP test accuracy " << accuracy);
   CHECK(accuracy > 0.9);
+}
+
+TEST_CASE("open_mnist_examples reads the examples load_mnist loads, on demand for raw files") {
+  for (bool gzip : {false, true}) {
+    INFO("gzip " << gzip);
+    Files files = write_mnist(gzip ? "ondemand-gz" : "ondemand-raw", 9, gzip);
+    MnistSplit whole = load_mnist(files.images, files.labels, 2, 6);
+    auto source = open_mnist_examples(files.images, files.labels, 2, 6);
+    CHECK(source->reads_on_demand() == !gzip);
+    CHECK(source->num_examples() == 6);
+    CHECK(source->example_shape() == Shape{12});
+    CHECK(source->bytes_read() == 0);  // opening reads headers and labels only
+    // A shuffled request with a run of consecutive examples in it.
+    const std::vector<int64_t> ids = {4, 0, 1, 2, 5};
+    std::vector<float> x(ids.size() * 12);
+    std::vector<int32_t> y(ids.size());
+    source->read(ids.data(), static_cast<int64_t>(ids.size()), x.data(), y.data());
+    for (size_t j = 0; j < ids.size(); ++j) {
+      CHECK(y[j] == whole.labels.data<int32_t>()[ids[j]]);
+      for (int64_t p = 0; p < 12; ++p) {
+        REQUIRE(x[j * 12 + static_cast<size_t>(p)] == whole.images.data<float>()[ids[j] * 12 + p]);
+      }
+    }
+    CHECK(source->bytes_read() == (gzip ? 0 : 5 * 12));
+  }
+}
+
+TEST_CASE("open_mnist_examples rejects bad files as load_mnist does") {
+  Files good = write_mnist("src-good", 4, false);
+  std::vector<uint8_t> short_data = idx_header(0x08, {4, 3, 4});
+  std::vector<uint8_t> pixels = pattern(47, 0);
+  short_data.insert(short_data.end(), pixels.begin(), pixels.end());
+  std::string truncated = temp_path("src-truncated");
+  write_file(truncated, short_data, false);
+  std::vector<uint8_t> long_data = short_data;
+  long_data.push_back(1);
+  long_data.push_back(2);
+  std::string trailing = temp_path("src-trailing");
+  write_file(trailing, long_data, false);
+  Files fewer = write_mnist("src-fewer", 3, false);
+  std::string bad_magic = temp_path("src-magic");
+  write_file(bad_magic, {1, 2, 8, 3, 0, 0, 0, 0}, false);
+
+  CHECK_THROWS_MATCHES(open_mnist_examples(truncated, good.labels), IoError,
+                       Message("[open_mnist_examples] '" + truncated +
+                               "' is truncated: shape [4,3,4] needs 48 bytes of data, the file "
+                               "has 47"));
+  CHECK_THROWS_MATCHES(open_mnist_examples(trailing, good.labels), IoError,
+                       Message("[open_mnist_examples] '" + trailing +
+                               "' has 1 bytes after the end of its [4,3,4] array"));
+  CHECK_THROWS_MATCHES(open_mnist_examples(good.images, fewer.labels), IoError,
+                       Message("[open_mnist_examples] '" + good.images + "' holds 4 images but '" +
+                               fewer.labels + "' holds 3 labels"));
+  CHECK_THROWS_MATCHES(open_mnist_examples(bad_magic, good.labels), IoError,
+                       Message("[open_mnist_examples] '" + bad_magic +
+                               "' is not an IDX file: magic number 0x01020803 does not start "
+                               "with two zero bytes"));
+  CHECK_THROWS_MATCHES(open_mnist_examples(good.images, good.labels, 1, 4), InvalidArgumentError,
+                       Message("[open_mnist_examples] examples [1, 5) go past the 4 examples the "
+                               "files hold"));
+  CHECK_THROWS_MATCHES(
+      open_mnist_examples(good.images, good.labels, 0, -2), InvalidArgumentError,
+      Message("[open_mnist_examples] limit -2 must be -1 (all) or at least 0"));
+
+  // A file that shrinks after opening fails the read, not the process.
+  Files shrinking = write_mnist("src-shrinking", 4, false);
+  auto source = open_mnist_examples(shrinking.images, shrinking.labels);
+  REQUIRE(::truncate(shrinking.images.c_str(), 20) == 0);
+  std::vector<float> x(12);
+  std::vector<int32_t> y(1);
+  const int64_t last = 3;
+  CHECK_THROWS_MATCHES(source->read(&last, 1, x.data(), y.data()), IoError,
+                       Message("[MnistFileExamples::read] cannot read '" + shrinking.images +
+                               "': the file is shorter than when it was opened"));
 }

@@ -85,14 +85,15 @@ Flags parse_flags(int argc, char** argv) {
 }
 
 std::string find_file(const std::string& dir, const std::string& name) {
-  for (const std::string& candidate : {dir + "/" + name + ".gz", dir + "/" + name}) {
+  // Raw first: its images are read on demand (each process reads only its own examples).
+  for (const std::string& candidate : {dir + "/" + name, dir + "/" + name + ".gz"}) {
     if (std::filesystem::exists(candidate)) return candidate;
   }
   return "";
 }
 
 struct Splits {
-  data::MnistSplit train, test;
+  std::shared_ptr<const data::ExampleSource> train, test;
   std::string source;
 };
 
@@ -100,8 +101,10 @@ Splits load(const Flags& f) {
   if (f.data_dir.empty()) {
     int64_t n_train = f.train_limit > 0 ? f.train_limit : 5000;
     int64_t n_test = f.test_limit > 0 ? f.test_limit : 1000;
-    return {data::synthetic_digits(n_train, f.seed), data::synthetic_digits(n_test, f.seed + 1),
-            "synthetic digits"};
+    data::MnistSplit train = data::synthetic_digits(n_train, f.seed);
+    data::MnistSplit test = data::synthetic_digits(n_test, f.seed + 1);
+    return {data::tensor_examples(train.images, train.labels),
+            data::tensor_examples(test.images, test.labels), "synthetic digits"};
   }
   std::string test_images = find_file(f.data_dir, "t10k-images-idx3-ubyte");
   std::string test_labels = find_file(f.data_dir, "t10k-labels-idx1-ubyte");
@@ -113,14 +116,16 @@ Splits load(const Flags& f) {
                          f.data_dir);
   }
   if (!train_images.empty() && !train_labels.empty()) {
-    return {data::load_mnist(train_images, train_labels, 0, f.train_limit),
-            data::load_mnist(test_images, test_labels, 0, f.test_limit), "MNIST train/t10k"};
+    return {data::open_mnist_examples(train_images, train_labels, 0, f.train_limit),
+            data::open_mnist_examples(test_images, test_labels, 0, f.test_limit),
+            "MNIST train/t10k"};
   }
   // Only the test set: its first half trains, its second half tests (the seed's split).
   int64_t n_train = f.train_limit > 0 ? std::min<int64_t>(f.train_limit, 5000) : 5000;
   int64_t n_test = f.test_limit > 0 ? std::min<int64_t>(f.test_limit, 5000) : 5000;
-  return {data::load_mnist(test_images, test_labels, 0, n_train),
-          data::load_mnist(test_images, test_labels, 5000, n_test), "MNIST t10k split 5000/5000"};
+  return {data::open_mnist_examples(test_images, test_labels, 0, n_train),
+          data::open_mnist_examples(test_images, test_labels, 5000, n_test),
+          "MNIST t10k split 5000/5000"};
 }
 
 struct EpochMetrics {
@@ -176,17 +181,17 @@ int run(int argc, char** argv, const Runtime& rt) {
   Splits data = load(flags);
   if (reporter)
     std::printf("data: %s, %lld train / %lld test examples; mesh %s; batch %lld; %lld epochs\n",
-                data.source.c_str(), static_cast<long long>(data.train.labels.num_elements()),
-                static_cast<long long>(data.test.labels.num_elements()), mesh.dims_string().c_str(),
+                data.source.c_str(), static_cast<long long>(data.train->num_examples()),
+                static_cast<long long>(data.test->num_examples()), mesh.dims_string().c_str(),
                 static_cast<long long>(flags.batch_size), static_cast<long long>(flags.epochs));
 
   examples::Mlp model(mesh, {784, 700, 500, 10}, flags.seed);
   Adam optimizer(flags.lr);
   std::vector<DVariable> vars = model.variables();
 
-  data::Dataset train(data.train.images, data.train.labels, mesh, batch_dim);
+  data::Dataset train(data.train, mesh, batch_dim);
   train.shuffle(flags.seed).batch(flags.batch_size).repeat(flags.epochs).prefetch(2);
-  data::Dataset test(data.test.images, data.test.labels, mesh, batch_dim);
+  data::Dataset test(data.test, mesh, batch_dim);
   test.batch(flags.batch_size).repeat(1);
 
   std::ofstream metrics;

@@ -1,7 +1,6 @@
 #include "dtensor/data/internal/batch_assembler.h"
 
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 #include <utility>
 
@@ -35,7 +34,7 @@ std::vector<int64_t> shuffled_order(int64_t num_examples, uint64_t seed, int64_t
 Batch BatchAssembler::build(int64_t epoch, int64_t index) {
   const Source& src = *source_;
   const Mesh& mesh = src.mesh;
-  const int64_t n = src.labels.dim(0);
+  const int64_t n = src.examples->num_examples();
   const int64_t begin = index * config_.batch_size;
   const int64_t size = std::min(config_.batch_size, n - begin);
   if (config_.shuffle_seed && order_epoch_ != epoch) {
@@ -43,8 +42,9 @@ Batch BatchAssembler::build(int64_t epoch, int64_t index) {
     order_epoch_ = epoch;
   }
 
-  Shape feature_shape = src.features.shape();
-  feature_shape[0] = size;
+  Shape feature_shape{size};
+  const Shape& example = src.examples->example_shape();
+  feature_shape.insert(feature_shape.end(), example.begin(), example.end());
   const Shape label_shape{size};
   // Devices that differ only along other mesh dims hold the same rows: one buffer per chunk.
   std::vector<std::pair<ShardRange, std::pair<Tensor, Tensor>>> chunks;
@@ -76,24 +76,13 @@ Batch BatchAssembler::build(int64_t epoch, int64_t index) {
 
 void BatchAssembler::copy_rows(int64_t begin, int64_t count, Tensor& features,
                                Tensor& labels) const {
-  const Source& src = *source_;
-  const int64_t n = src.labels.dim(0);
-  const int64_t row = n == 0 ? 0 : src.features.num_elements() / n;
-  const float* x = src.features.data<float>();
-  const int32_t* y = src.labels.data<int32_t>();
-  float* out_x = features.data<float>();
-  int32_t* out_y = labels.data<int32_t>();
-  if (order_.empty()) {  // in order: one contiguous block
-    if (count == 0) return;
-    std::memcpy(out_x, x + begin * row, static_cast<size_t>(count * row) * sizeof(float));
-    std::memcpy(out_y, y + begin, static_cast<size_t>(count) * sizeof(int32_t));
-    return;
+  std::vector<int64_t> ids(static_cast<size_t>(count));
+  if (order_.empty()) {
+    std::iota(ids.begin(), ids.end(), begin);
+  } else {
+    std::copy_n(order_.begin() + begin, count, ids.begin());
   }
-  for (int64_t j = 0; j < count; ++j) {
-    const int64_t example = order_[static_cast<size_t>(begin + j)];
-    std::memcpy(out_x + j * row, x + example * row, static_cast<size_t>(row) * sizeof(float));
-    out_y[j] = y[example];
-  }
+  source_->examples->read(ids.data(), count, features.data<float>(), labels.data<int32_t>());
 }
 
 }  // namespace dtensor::data::internal

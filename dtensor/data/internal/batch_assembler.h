@@ -17,11 +17,10 @@ namespace dtensor::data::internal {
 
 // The examples and where their batches go; never changes after construction.
 struct Source {
-  Tensor features;  // f32 [N, ...]
-  Tensor labels;    // i32 [N]
+  std::shared_ptr<const ExampleSource> examples;
   Mesh mesh;
   std::string batch_dim;
-  Layout feature_layout;  // batch_sharded(mesh, batch_dim, features.rank())
+  Layout feature_layout;  // batch_sharded(mesh, batch_dim, 1 + example rank)
   Layout label_layout;    // batch_sharded(mesh, batch_dim, 1)
 };
 
@@ -52,7 +51,7 @@ class BatchAssembler {
   Batch build(int64_t epoch, int64_t index);
 
  private:
-  // Copies the rows at order positions [begin, begin + count) into fresh shards.
+  // Reads the examples at order positions [begin, begin + count) into fresh shards.
   void copy_rows(int64_t begin, int64_t count, Tensor& features, Tensor& labels) const;
 
   std::shared_ptr<const Source> source_;
