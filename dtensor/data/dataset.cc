@@ -1,6 +1,8 @@
 #include "dtensor/data/dataset.h"
 
+#include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <utility>
 
 #include "dtensor/data/internal/batch_assembler.h"
@@ -43,6 +45,7 @@ class TensorExamples final : public ExampleSource {
 
   int64_t num_examples() const override { return labels_.dim(0); }
   const Shape& example_shape() const override { return example_; }
+  bool is_cached() const override { return true; }
 
   void read(const int64_t* ids, int64_t count, float* features, int32_t* labels) const override {
     const float* x = features_.data<float>();
@@ -62,6 +65,55 @@ class TensorExamples final : public ExampleSource {
   Tensor features_, labels_;
   Shape example_;
   int64_t row_;
+};
+
+// Another source's examples, each kept in memory after its first read.
+class CachedExamples final : public ExampleSource {
+ public:
+  explicit CachedExamples(std::shared_ptr<const ExampleSource> inner)
+      : inner_(std::move(inner)),
+        row_(num_elements(inner_->example_shape())),
+        slot_(static_cast<size_t>(inner_->num_examples()), -1) {}
+
+  int64_t num_examples() const override { return inner_->num_examples(); }
+  const Shape& example_shape() const override { return inner_->example_shape(); }
+  bool is_cached() const override { return true; }
+
+  void read(const int64_t* ids, int64_t count, float* features, int32_t* labels) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<int64_t> missing;
+    for (int64_t j = 0; j < count; ++j) {
+      if (slot_[static_cast<size_t>(ids[j])] < 0) missing.push_back(ids[j]);
+    }
+    std::sort(missing.begin(), missing.end());  // runs of consecutive ids read as one
+    missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+    if (!missing.empty()) {
+      const int64_t m = static_cast<int64_t>(missing.size());
+      const size_t first = labels_.size();
+      features_.resize((first + missing.size()) * static_cast<size_t>(row_));
+      labels_.resize(first + missing.size());
+      inner_->read(missing.data(), m, features_.data() + first * static_cast<size_t>(row_),
+                   labels_.data() + first);
+      for (int64_t i = 0; i < m; ++i) {
+        slot_[static_cast<size_t>(missing[static_cast<size_t>(i)])] =
+            static_cast<int64_t>(first) + i;
+      }
+    }
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t at = slot_[static_cast<size_t>(ids[j])];
+      std::memcpy(features + j * row_, features_.data() + at * row_,
+                  static_cast<size_t>(row_) * sizeof(float));
+      labels[j] = labels_[static_cast<size_t>(at)];
+    }
+  }
+
+ private:
+  std::shared_ptr<const ExampleSource> inner_;
+  int64_t row_;
+  mutable std::mutex mu_;
+  mutable std::vector<int64_t> slot_;  // per example: its index in the store, or -1
+  mutable std::vector<float> features_;
+  mutable std::vector<int32_t> labels_;
 };
 
 std::shared_ptr<const internal::Source> make_source(std::shared_ptr<const ExampleSource> examples,
@@ -149,7 +201,15 @@ Dataset& Dataset::repeat(int64_t epochs) {
   return *this;
 }
 
-Dataset& Dataset::cache() { return *this; }
+Dataset& Dataset::cache() {
+  const internal::Source& old = *impl_->source;
+  if (old.examples->is_cached()) return *this;
+  impl_->reset_pipeline();
+  impl_->source = std::make_shared<const internal::Source>(
+      internal::Source{std::make_shared<const CachedExamples>(old.examples), old.mesh,
+                       old.batch_dim, old.feature_layout, old.label_layout});
+  return *this;
+}
 
 Dataset& Dataset::prefetch(int64_t depth) {
   if (depth < 0) {

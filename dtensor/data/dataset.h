@@ -89,7 +89,9 @@ class Dataset {
   Dataset& batch(int64_t global_batch_size, bool drop_remainder = false);
   // Number of epochs: 1 by default, -1 for ever (InvalidArgumentError below -1).
   Dataset& repeat(int64_t epochs = -1);
-  // The examples already live in memory: nothing to cache. Kept for tf.data-shaped pipelines.
+  // Keeps every example in memory once it was read, so later epochs read nothing from the
+  // source (tf.data's cache()). A process keeps only the examples it reads: those of its own
+  // devices. Nothing to do for examples already in memory (ExampleSource::is_cached).
   Dataset& cache();
   // Assembles up to `depth` batches ahead on a background thread; 0 (the default) assembles in
   // next(). InvalidArgumentError for a negative depth.

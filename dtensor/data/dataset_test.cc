@@ -6,6 +6,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -294,6 +295,39 @@ TEST_CASE("a file source on a multi-process mesh reads the local devices' images
     CHECK_FALSE(whole.next());
     CHECK(local_rows < 37);
     CHECK(files->bytes_read() == 4 * local_rows);
+  }
+}
+
+TEST_CASE("cache() reads each example from its source once") {
+  auto [images, labels] = write_raw_mnist("dataset-cache", 29);
+  for (int64_t process : {0, 1}) {
+    INFO("process " << process);
+    Mesh mesh = Mesh::create({{"batch", 8}}, DeviceType::kCPU, process, /*num_processes=*/2);
+    auto files = open_mnist_examples(images, labels);
+    Dataset cached(files, mesh, "batch");
+    cached.shuffle(5).batch(6).repeat(3).cache().prefetch(1);
+    auto uncached_files = open_mnist_examples(images, labels);
+    Dataset plain(uncached_files, mesh, "batch");
+    plain.shuffle(5).batch(6).repeat(3);
+    std::set<int> distinct;  // the examples this process received (pixel 0 of image i is 4i/255)
+    int64_t rows = 0;
+    while (auto b = cached.next()) {
+      auto reference = plain.next();
+      REQUIRE(reference);
+      for (size_t i = 0; i < b->features.shards().size(); ++i) {
+        const Tensor& x = b->features.shard(i);
+        CHECK(bitwise_equal(x, reference->features.shard(i)));
+        CHECK(bitwise_equal(b->labels.shard(i), reference->labels.shard(i)));
+        for (int64_t r = 0; r < x.dim(0); ++r) {
+          distinct.insert(static_cast<int>(std::lround(x.data<float>()[r * 4] * 255)) / 4);
+        }
+        rows += x.dim(0);
+      }
+    }
+    CHECK_FALSE(plain.next());
+    CHECK(files->bytes_read() == 4 * static_cast<int64_t>(distinct.size()));
+    CHECK(uncached_files->bytes_read() == 4 * rows);
+    CHECK(rows > static_cast<int64_t>(distinct.size()));
   }
 }
 

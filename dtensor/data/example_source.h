@@ -27,6 +27,9 @@ class ExampleSource {
   // `labels`. Throws (IoError for a file that fails) and leaves the outputs unspecified.
   virtual void read(const int64_t* ids, int64_t count, float* features,
                     int32_t* labels) const = 0;
+  // True if reading an example again costs no I/O (it is in memory, or cached): Dataset::cache()
+  // leaves such a source as it is.
+  virtual bool is_cached() const { return false; }
 };
 
 }  // namespace dtensor::data

@@ -64,6 +64,7 @@ class MnistFileExamples final : public ExampleSource {
   int64_t num_examples() const override { return static_cast<int64_t>(labels_.size()); }
   const Shape& example_shape() const override { return example_; }
   void read(const int64_t* ids, int64_t count, float* features, int32_t* labels) const override;
+  bool is_cached() const override { return fd_ < 0; }
 
   // Image bytes read from the file since opening (0 for a gzip file, read whole at open).
   int64_t bytes_read() const { return bytes_read_.load(std::memory_order_relaxed); }

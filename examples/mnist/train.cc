@@ -190,9 +190,9 @@ int run(int argc, char** argv, const Runtime& rt) {
   std::vector<DVariable> vars = model.variables();
 
   data::Dataset train(data.train, mesh, batch_dim);
-  train.shuffle(flags.seed).batch(flags.batch_size).repeat(flags.epochs).prefetch(2);
+  train.cache().shuffle(flags.seed).batch(flags.batch_size).repeat(flags.epochs).prefetch(2);
   data::Dataset test(data.test, mesh, batch_dim);
-  test.batch(flags.batch_size).repeat(1);
+  test.cache().batch(flags.batch_size).repeat(1);
 
   std::ofstream metrics;
   if (reporter && !flags.metrics_out.empty()) metrics.open(flags.metrics_out);
