@@ -4,6 +4,7 @@
 #include <cstring>
 #include <optional>
 
+#include "runtime/block.h"
 #include "runtime/thread_pool.h"
 
 namespace dtensor {
@@ -22,30 +23,32 @@ int local_blas_threads() {
 
 namespace {
 
-// The shards of `input` on local devices `devices`, stacked along dim 0 into one tensor; null
-// when they are not all rank >= 1 with equal trailing dims.
-std::optional<Tensor> stack_dim0(const DTensor& input, const std::vector<size_t>& devices) {
+// The shards of `input` on local devices `devices`, concatenated along `axis` into one tensor;
+// null when they do not all have that axis and equal other dims.
+std::optional<Tensor> concat_shards(const DTensor& input, const std::vector<size_t>& devices,
+                                    int64_t axis) {
   const Tensor& first = input.shard(devices[0]);
-  if (first.rank() < 1) return std::nullopt;
-  int64_t rows = 0;
-  for (size_t device : devices) {
-    const Tensor& part = input.shard(device);
-    if (part.rank() != first.rank() || part.dtype() != first.dtype() ||
-        !std::equal(part.shape().begin() + 1, part.shape().end(), first.shape().begin() + 1)) {
-      return std::nullopt;
-    }
-    rows += part.dim(0);
-  }
+  if (axis >= first.rank()) return std::nullopt;
   Shape shape = first.shape();
-  shape[0] = rows;
-  Tensor stacked = Tensor::empty(shape, first.dtype(), first.device());
-  char* at = static_cast<char*>(stacked.raw_data());
+  shape[static_cast<size_t>(axis)] = 0;
   for (size_t device : devices) {
     const Tensor& part = input.shard(device);
-    std::memcpy(at, part.raw_data(), part.nbytes());
-    at += part.nbytes();
+    Shape other = part.shape();
+    if (part.dtype() != first.dtype() || other.size() != shape.size()) return std::nullopt;
+    shape[static_cast<size_t>(axis)] += other[static_cast<size_t>(axis)];
+    other[static_cast<size_t>(axis)] = 0;
+    for (size_t d = 0; d < other.size(); ++d) {
+      if (static_cast<int64_t>(d) != axis && other[d] != shape[d]) return std::nullopt;
+    }
   }
-  return stacked;
+  Tensor out = Tensor::empty(shape, first.dtype(), first.device());
+  std::vector<int64_t> at(shape.size(), 0);
+  for (size_t device : devices) {
+    const Tensor& part = input.shard(device);
+    copy_box(part, std::vector<int64_t>(shape.size(), 0), out, at, part.shape());
+    at[static_cast<size_t>(axis)] += part.dim(axis);
+  }
+  return out;
 }
 
 // Runs calls [0, n) of `call` inline, or on the pool with a share of the BLAS threads each when
@@ -80,7 +83,7 @@ bool run_row_stacked(const std::vector<const DTensor*>& inputs, size_t s,
     }
   }
   if (stacked_input.rank() != 2) return false;
-  std::optional<Tensor> stacked = stack_dim0(stacked_input, first_device);
+  std::optional<Tensor> stacked = concat_shards(stacked_input, first_device, 0);
   if (!stacked) return false;
   std::vector<const Tensor*> shards(inputs.size());
   for (size_t k = 0; k < inputs.size(); ++k) {
@@ -104,13 +107,16 @@ bool run_row_stacked(const std::vector<const DTensor*>& inputs, size_t s,
   return true;
 }
 
-// Stacking::contraction: one call per partial group of local devices; fills `shards` (one per
-// local device) and returns true, or returns false having done nothing.
+// Stacking::contraction_axes: one call per partial group of local devices; fills `shards` (one
+// per local device) and returns true, or returns false having done nothing.
 bool run_contraction_stacked(const std::vector<const DTensor*>& inputs,
-                             const Layout& output_layout, const Shape& output_shape,
-                             DType output_dtype, double work, const LocalKernel& kernel,
-                             std::vector<Tensor>& shards) {
-  if (inputs.empty() || !output_layout.is_partial() || ThreadPool::in_worker()) return false;
+                             const std::vector<int64_t>& axes, const Layout& output_layout,
+                             const Shape& output_shape, DType output_dtype, double work,
+                             const LocalKernel& kernel, std::vector<Tensor>& shards) {
+  if (inputs.empty() || axes.size() != inputs.size() || !output_layout.is_partial() ||
+      ThreadPool::in_worker()) {
+    return false;
+  }
   for (const PartialDim& p : output_layout.partial()) {
     if (p.op != ReduceOp::kSum) return false;
   }
@@ -138,19 +144,19 @@ bool run_contraction_stacked(const std::vector<const DTensor*>& inputs,
     groups.push_back(std::move(g));
   }
   if (!merges) return false;
-  // Stack every input first: a shape that does not stack leaves everything to the plain path.
+  // Concatenate every input first: a shape that does not fit leaves everything to the plain path.
   std::vector<std::vector<Tensor>> args(groups.size());
   for (size_t c = 0; c < groups.size(); ++c) {
     const Group& g = groups[c];
     if (g.terms.empty()) continue;
-    for (const DTensor* in : inputs) {
+    for (size_t k = 0; k < inputs.size(); ++k) {
       if (g.terms.size() == 1) {
-        args[c].push_back(in->shard(g.terms[0]));
+        args[c].push_back(inputs[k]->shard(g.terms[0]));
         continue;
       }
-      std::optional<Tensor> stacked = stack_dim0(*in, g.terms);
-      if (!stacked) return false;
-      args[c].push_back(std::move(*stacked));
+      std::optional<Tensor> joined = concat_shards(*inputs[k], g.terms, axes[k]);
+      if (!joined) return false;
+      args[c].push_back(std::move(*joined));
     }
   }
   run_calls(static_cast<int64_t>(groups.size()), work, [&](int64_t c) {
@@ -184,9 +190,9 @@ DTensor run_local(const std::vector<const DTensor*>& inputs, const Layout& outpu
                   const LocalKernel& kernel, Stacking stacking) {
   const Mesh& mesh = output_layout.mesh();
   std::vector<Tensor> shards;
-  if (stacking.contraction &&
-      run_contraction_stacked(inputs, output_layout, output_shape, output_dtype, work, kernel,
-                              shards)) {
+  if (!stacking.contraction_axes.empty() &&
+      run_contraction_stacked(inputs, stacking.contraction_axes, output_layout, output_shape,
+                              output_dtype, work, kernel, shards)) {
     return DTensor::from_trusted_shards(output_shape, output_dtype, output_layout,
                                         std::move(shards));
   }

@@ -34,14 +34,15 @@ struct Stacking {
   // kernel call and the result split back by rows: one call on all threads instead of one per
   // device, and the shared operand prepared (BLAS packing) once.
   int rows_of = -1;
-  // The kernel sums over dim 0 of every input (matmul with a transposed left operand: aᵀb), so
-  // its value on inputs stacked along dim 0 is the sum of its values on the parts. When the
-  // output is a partial sum, the local devices of each partial group (those differing only along
-  // the partial mesh dims) then run as one call on their stacked inputs, which adds their terms
-  // inside the kernel: the first member's shard holds the group's sum and the others hold
-  // shared zeros (Tensor::shared_zeros), which reductions skip. The later all-reduce across the
-  // group only moves the one sum; a group that spans processes sends one term per process.
-  bool contraction = false;
+  // Non-empty: input k's axis contraction_axes[k] is one the kernel sums over (matmul's K: aᵀb
+  // sums over dim 0 of both, ab over dim 1 of a and dim 0 of b), so its value on inputs
+  // concatenated along those axes is the sum of its values on the parts. When the output is a
+  // partial sum, the local devices of each partial group (those differing only along the partial
+  // mesh dims) then run as one call on their concatenated inputs, which adds their terms inside
+  // the kernel: the first member's shard holds the group's sum and the others hold shared zeros
+  // (Tensor::shared_zeros), which reductions skip. The later all-reduce across the group only
+  // moves the one sum; a group that spans processes sends one term per process.
+  std::vector<int64_t> contraction_axes;
 };
 
 // `inputs` are already in the layouts the rule chose; `work` estimates the flops (or bytes) of

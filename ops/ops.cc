@@ -330,12 +330,12 @@ DTensor fwd_matmul(const DTensor& a, const DTensor& b, bool transpose_a, bool tr
                   out_letters,
                   Linearity::kMultilinear};
   const double flops = 2.0 * static_cast<double>(num_elements(batch)) * m * n * ka;
-  // A plain [m,k] left operand is row-separable: devices sharing b run as one call. aᵀb sums
-  // over dim 0 of both operands: the devices of a partial group run as one call.
+  // A plain [m,k] left operand is row-separable: devices sharing b run as one call. The devices
+  // of a partial group (K sharded) run as one call on their K slices put together.
   Stacking stacking;
   if (a.rank() == 2 && b.rank() == 2) {
     stacking.rows_of = transpose_a ? -1 : 0;
-    stacking.contraction = transpose_a && !transpose_b;
+    stacking.contraction_axes = {transpose_a ? 0 : 1, transpose_b ? 1 : 0};
   }
   return expand(
       sig, {&a, &b}, out, a.dtype(), flops,

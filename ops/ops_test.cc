@@ -205,24 +205,32 @@ TEST_CASE("matmul matches one device for every sharding") {
 }
 
 TEST_CASE("a contraction over a sharded dim sums each partial group in one call") {
-  // aᵀb with the contracted rows sharded: the local devices of each partial group run as one
-  // call; one holds the group's sum, the others shared zeros. Every consumer must see the same
-  // global value as with one term per device: relayouts to every layout, linear ops passing the
-  // partial state through, and a second contraction that reads the collapsed terms.
+  // A matmul whose K is sharded: the local devices of each partial group run as one call; one
+  // holds the group's sum, the others shared zeros. Every consumer must see the same global
+  // value as with one term per device: relayouts to every layout, linear ops passing the partial
+  // state through, and a second contraction that reads the collapsed terms.
   Gen gen(11);
   for (const Mesh& mesh : standard_meshes()) {
     const std::vector<Layout> layouts = all_layouts(mesh, 2, true);
-    for (int c = 0; c < 12; ++c) {
+    for (int c = 0; c < 16; ++c) {
+      const bool ta = gen.coin(), tb = gen.coin();
       const int64_t k = gen.dim(9, 21), m = gen.dim(1, 7), n = gen.dim(1, 7);
-      Tensor a = gen.values({k, m}, -2, 2), b = gen.values({k, n}, -2, 2);
-      // The contracted dim sharded along a mesh dim (uneven when k does not divide).
+      Tensor a = gen.values(ta ? Shape{k, m} : Shape{m, k}, -2, 2);
+      Tensor b = gen.values(tb ? Shape{n, k} : Shape{k, n}, -2, 2);
+      // K sharded along a mesh dim (uneven when k does not divide), b's other dim maybe too.
       const size_t d = gen.pick(mesh.dims().size());
       const std::string along = mesh.dims()[d].name;
       const std::string other = mesh.dims()[(d + 1) % mesh.dims().size()].name;
-      DTensor da = distribute(a, Layout({along, "unsharded"}, mesh));
-      DTensor db = distribute(b, Layout({along, gen.coin() || other == along ? "unsharded" : other}, mesh));
-      DTensor y = matmul(da, db, true, false);
-      const std::string what = "aᵀb " + describe({da, db});
+      const std::string b_other = gen.coin() || other == along ? "unsharded" : other;
+      DTensor da = distribute(a, Layout(ta ? std::vector<std::string>{along, "unsharded"}
+                                           : std::vector<std::string>{"unsharded", along},
+                                        mesh));
+      DTensor db = distribute(b, Layout(tb ? std::vector<std::string>{b_other, along}
+                                           : std::vector<std::string>{along, b_other},
+                                        mesh));
+      DTensor y = matmul(da, db, ta, tb);
+      const std::string what = std::string("matmul") + (ta ? "T" : "N") + (tb ? "T" : "N") + " " +
+                               describe({da, db});
       INFO(what);
       REQUIRE(y.layout().is_partial());
       for (const auto& group : mesh.groups(y.layout().partial_mask())) {
@@ -234,7 +242,7 @@ TEST_CASE("a contraction over a sharded dim sums each partial group in one call"
         }
         CHECK(holders == std::min(local, 1));
       }
-      Tensor want = kernels::matmul(a, b, {true, false, 0});
+      Tensor want = kernels::matmul(a, b, {ta, tb, 0});
       check_close(to_global(y), want, what);
       const Layout& to = layouts[gen.pick(layouts.size())];
       check_close(to_global(relayout(y, to)), want, what + " relayout to " + to.short_string());
