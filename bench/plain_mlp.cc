@@ -32,7 +32,7 @@ PlainMlp::PlainMlp(std::vector<int> sizes, int batch) : sizes_(std::move(sizes))
   const size_t layers = sizes_.size() - 1;
   for (size_t l = 0; l < layers; ++l) {
     const size_t in = static_cast<size_t>(sizes_[l]), out = static_cast<size_t>(sizes_[l + 1]);
-    std::vector<float> w(in * out);
+    Floats w(in * out);
     for (size_t i = 0; i < w.size(); ++i) w[i] = 0.05f * std::sin(static_cast<float>(i));
     w_.push_back(w);
     for (auto* v : {&dw_, &mw_, &vw_}) v->emplace_back(in * out, 0.0f);
@@ -43,6 +43,8 @@ PlainMlp::PlainMlp(std::vector<int> sizes, int batch) : sizes_(std::move(sizes))
 }
 
 float PlainMlp::step(const float* images, const int32_t* labels) {
+  // All cores for BLAS: the runtime's steps, taking turns with this one, may have set fewer.
+  openblas_set_num_threads(openblas_get_num_procs());
   const int layers = static_cast<int>(sizes_.size()) - 1;
   auto input = [&](int l) { return l == 0 ? images : act_[static_cast<size_t>(l)].data(); };
   for (int l = 0; l < layers; ++l) {
@@ -68,7 +70,7 @@ float PlainMlp::step(const float* images, const int32_t* labels) {
     loss -= std::log(row[labels[r]] / sum);
     for (int j = 0; j < classes; ++j) row[j] = (row[j] / sum - (j == labels[r])) / batch_;
   }
-  std::vector<float> grad_in;
+  Floats& grad_in = grad_in_;
   for (int l = layers - 1; l >= 0; --l) {
     const int in = sizes_[l], out = sizes_[l + 1];
     gemm(true, false, in, out, batch_, input(l), d, dw_[l].data());

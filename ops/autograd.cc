@@ -12,6 +12,7 @@ namespace dtensor {
 
 struct GradientTape::Record {
   std::vector<int64_t> inputs;
+  std::vector<bool> tracked;  // per input: depends on a watched value
   int64_t output;
   Vjp vjp;
 };
@@ -22,6 +23,7 @@ struct ThreadTapes {
   std::vector<GradientTape*> active;
   std::vector<std::unordered_set<int64_t>> tracked;  // per active tape
   int paused = 0;
+  const std::vector<bool>* running = nullptr;  // the tracked inputs of the VJP being run
 };
 
 thread_local ThreadTapes tapes;
@@ -54,6 +56,11 @@ NoRecord::~NoRecord() { --tapes.paused; }
 
 bool tape_active() { return !tapes.active.empty() && tapes.paused == 0; }
 
+bool gradient_needed(size_t input) {
+  const std::vector<bool>* tracked = tapes.running;
+  return tracked == nullptr || input >= tracked->size() || (*tracked)[input];
+}
+
 void record_op(const std::vector<const DTensor*>& inputs, const DTensor& output, Vjp vjp) {
   if (!tape_active()) return;
   for (size_t t = 0; t < tapes.active.size(); ++t) {
@@ -62,7 +69,10 @@ void record_op(const std::vector<const DTensor*>& inputs, const DTensor& output,
     for (const DTensor* in : inputs) depends = depends || tracked.count(in->id()) > 0;
     if (!depends) continue;
     GradientTape::Record r;
-    for (const DTensor* in : inputs) r.inputs.push_back(in->id());
+    for (const DTensor* in : inputs) {
+      r.inputs.push_back(in->id());
+      r.tracked.push_back(tracked.count(in->id()) > 0);
+    }
     r.output = output.id();
     r.vjp = vjp;
     tapes.active[t]->records_.push_back(std::move(r));
@@ -79,7 +89,15 @@ std::vector<DTensor> GradientTape::gradient(const DTensor& target,
   for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
     auto g = grads.find(it->output);
     if (g == grads.end()) continue;
-    std::vector<std::optional<DTensor>> input_grads = it->vjp(g->second);
+    tapes.running = &it->tracked;
+    std::vector<std::optional<DTensor>> input_grads;
+    try {
+      input_grads = it->vjp(g->second);
+    } catch (...) {
+      tapes.running = nullptr;
+      throw;
+    }
+    tapes.running = nullptr;
     for (size_t i = 0; i < it->inputs.size() && i < input_grads.size(); ++i) {
       if (!input_grads[i]) continue;
       auto [slot, fresh] = grads.try_emplace(it->inputs[i], *input_grads[i]);

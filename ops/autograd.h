@@ -64,4 +64,10 @@ class NoRecord {
 bool tape_active();
 void record_op(const std::vector<const DTensor*>& inputs, const DTensor& output, Vjp vjp);
 
+// For VJPs: false while a tape runs the VJP of an op whose input `input` depends on no watched
+// value (data, labels), so that the gradient would be dropped: the VJP may leave it out (nullopt)
+// instead of computing it, as matmul's does for its activations' gradient in the first layer.
+// True otherwise.
+bool gradient_needed(size_t input);
+
 }  // namespace dtensor

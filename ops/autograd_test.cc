@@ -268,3 +268,37 @@ TEST_CASE("data parallel: one gradient reduction per variable") {
   CHECK(s.total() == 4);
   for (size_t i = 0; i < grads.size(); ++i) CHECK_FALSE(grads[i].layout().is_partial());
 }
+
+TEST_CASE("a VJP learns which inputs need a gradient") {
+  Mesh mesh = Mesh::create({{"batch", 2}}, DeviceType::kCPU);
+  DTensor x = ones({2, 3}, Layout::replicated(mesh, 2), DType::kF32);
+  DTensor c = ones({2, 3}, Layout::replicated(mesh, 2), DType::kF32);
+  CHECK(gradient_needed(0));  // outside a gradient computation
+  std::vector<bool> seen;
+  GradientTape tape;
+  tape.watch(x);
+  DTensor y = add(x, c);
+  DTensor out = mul(y, c);  // recorded: y depends on x
+  // An identity op of (data, value) recorded by hand, to look inside its VJP.
+  DTensor z = [&] {
+    NoRecord pause;
+    return scale(out, 1.0);
+  }();
+  record_op({&c, &out}, z, [&](const DTensor& g) -> std::vector<std::optional<DTensor>> {
+    seen = {gradient_needed(0), gradient_needed(1), gradient_needed(2)};
+    return {std::nullopt, g};
+  });
+  std::vector<DTensor> grads = tape.gradient(reduce_sum(z), std::vector<DTensor>{x});
+  CHECK(seen == std::vector<bool>{false, true, true});  // c is data; out depends on x
+  CHECK(bitwise_equal(to_global(relayout(grads[0], Layout::replicated(mesh, 2))),
+                      to_global(c)));  // d/dx sum((x + c) * c) = c
+  CHECK(gradient_needed(1));
+  // The matmul VJP skips the data's gradient and still gives the weight's.
+  DTensor w = ones({3, 4}, Layout::replicated(mesh, 2), DType::kF32);
+  GradientTape tape2;
+  tape2.watch(w);
+  std::vector<DTensor> gw = tape2.gradient(reduce_sum(matmul(c, w)), std::vector<DTensor>{w});
+  Tensor want = Tensor::empty({3, 4}, DType::kF32);
+  for (int i = 0; i < 12; ++i) want.data<float>()[i] = 2.0f;
+  CHECK(bitwise_equal(to_global(relayout(gw[0], Layout::replicated(mesh, 2))), want));
+}

@@ -754,11 +754,18 @@ DTensor matmul(const DTensor& a, const DTensor& b, bool ta, bool tb) {
   DTensor y = unrecorded([&] { return fwd_matmul(a, b, ta, tb); });
   return traced({&a, &b}, y, [&] {
     return [a, b, ta, tb](const DTensor& g) -> Grads {
-      DTensor ga = !ta ? (!tb ? fwd_matmul(g, b, false, true) : fwd_matmul(g, b, false, false))
-                       : (!tb ? fwd_matmul(b, g, false, true) : fwd_matmul(b, g, true, true));
-      DTensor gb = !tb ? (!ta ? fwd_matmul(a, g, true, false) : fwd_matmul(a, g, false, false))
-                       : (!ta ? fwd_matmul(g, a, true, false) : fwd_matmul(g, a, true, true));
-      return {sum_to(ga, a.shape()), sum_to(gb, b.shape())};
+      Grads grads(2);
+      if (gradient_needed(0)) {
+        DTensor ga = !ta ? (!tb ? fwd_matmul(g, b, false, true) : fwd_matmul(g, b, false, false))
+                         : (!tb ? fwd_matmul(b, g, false, true) : fwd_matmul(b, g, true, true));
+        grads[0] = sum_to(ga, a.shape());
+      }
+      if (gradient_needed(1)) {
+        DTensor gb = !tb ? (!ta ? fwd_matmul(a, g, true, false) : fwd_matmul(a, g, false, false))
+                         : (!ta ? fwd_matmul(g, a, true, false) : fwd_matmul(g, a, true, true));
+        grads[1] = sum_to(gb, b.shape());
+      }
+      return grads;
     };
   });
 }
