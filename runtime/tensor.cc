@@ -1,6 +1,8 @@
 #include "runtime/tensor.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -23,7 +25,20 @@ Storage::Storage(size_t nbytes) : nbytes_(nbytes) {
   if (data_ == nullptr) throw std::bad_alloc();
 }
 
-Storage::~Storage() { std::free(data_); }
+Storage::Storage(size_t nbytes, ZeroPages) : nbytes_(nbytes), shared_zeros_(true) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  mapped_ = std::max(page, (nbytes + page - 1) / page * page);
+  data_ = ::mmap(nullptr, mapped_, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (data_ == MAP_FAILED) throw std::bad_alloc();
+}
+
+Storage::~Storage() {
+  if (mapped_ > 0) {
+    ::munmap(data_, mapped_);
+  } else {
+    std::free(data_);
+  }
+}
 
 namespace {
 // Shared by every default-constructed Tensor: it holds no elements, so nothing writes it.
@@ -70,10 +85,7 @@ Tensor Tensor::shared_zeros(const Shape& shape, DType dtype, Device device) {
     if (storages->empty() || storages->back()->nbytes() < nbytes) {
       const size_t size = std::max<size_t>(
           {nbytes, storages->empty() ? 0 : 2 * storages->back()->nbytes(), size_t{1} << 16});
-      auto fresh = std::make_shared<Storage>(size);
-      std::memset(fresh->data(), 0, size);
-      fresh->shared_zeros_ = true;
-      storages->push_back(std::move(fresh));
+      storages->push_back(std::shared_ptr<Storage>(new Storage(size, Storage::ZeroPages{})));
     }
     storage = storages->back();
   }

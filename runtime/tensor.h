@@ -35,9 +35,14 @@ class Storage {
 
  private:
   friend class Tensor;
+  struct ZeroPages {};
+  // Read-only zeros from anonymous memory: pages that are only read take no physical memory.
+  Storage(size_t nbytes, ZeroPages);
+
   void* data_;
   size_t nbytes_;
   bool shared_zeros_ = false;
+  size_t mapped_ = 0;  // bytes mapped with mmap (unmapped, not freed), or 0
 };
 
 class Tensor {
@@ -51,7 +56,8 @@ class Tensor {
   static Tensor zeros(const Shape& shape, DType dtype, Device device = {});
   // Zero-filled, on storage shared by the whole process and never written: a stand-in that
   // costs no allocation, for a term known to contribute nothing (a partial sum's other terms
-  // once one shard holds the sum; see ops/expand.h). Nothing may write it; it is never unique.
+  // once one shard holds the sum; see ops/expand.h). Read-only mapped zero pages: they take no
+  // physical memory, and a write faults. It is never unique.
   static Tensor shared_zeros(const Shape& shape, DType dtype, Device device = {});
   // Wraps existing storage; `storage` must hold at least num_elements(shape) * dtype_size bytes.
   Tensor(Shape shape, DType dtype, Device device, std::shared_ptr<Storage> storage);
