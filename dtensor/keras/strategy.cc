@@ -56,6 +56,11 @@ data::Dataset MirroredStrategy::distribute_dataset(Tensor features, Tensor label
   return data::Dataset(std::move(features), std::move(labels), mesh_, replica_dim_);
 }
 
+data::Dataset MirroredStrategy::distribute_dataset(
+    std::shared_ptr<const data::ExampleSource> examples) const {
+  return data::Dataset(std::move(examples), mesh_, replica_dim_);
+}
+
 DTensor MirroredStrategy::reduce(Reduction op, const DTensor& value) const {
   const char* fn = "MirroredStrategy::reduce";
   if (value.mesh() != mesh_) {

@@ -94,6 +94,8 @@ class MirroredStrategy {
   // global batch (tf's experimental_distribute_dataset). Configure it with the *global* batch
   // size: batch(per_replica_batch * num_replicas_in_sync()).
   data::Dataset distribute_dataset(Tensor features, Tensor labels) const;
+  // The same over any example source (data::open_mnist_examples reads only this process's part).
+  data::Dataset distribute_dataset(std::shared_ptr<const data::ExampleSource> examples) const;
 
   // Runs `fn(ReplicaContext&, args...)` once, SPMD: its ops run on every replica (tf's
   // strategy.run). Returns what fn returns.

@@ -123,6 +123,16 @@ TEST_CASE("a distributed dataset gives each replica its slice of the global batc
     first += rows[r];
   }
   CHECK(ds.batches_per_epoch() == 3);
+  // Over an example source: the same batches.
+  data::Dataset from_source = s.distribute_dataset(data::tensor_examples(iota_f32({n, width}),
+                                                                          labels_of(n)));
+  from_source.batch(10);
+  std::optional<data::Batch> same = from_source.next();
+  REQUIRE(same);
+  for (int64_t r = 0; r < 4; ++r) {
+    CHECK(bitwise_equal(same->features.shard(r), batch->features.shard(r)));
+    CHECK(bitwise_equal(same->labels.shard(r), batch->labels.shard(r)));
+  }
 }
 
 TEST_CASE("replica context: replica ids and all_reduce") {
