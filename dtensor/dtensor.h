@@ -37,8 +37,8 @@ class DTensor {
   const Layout& layout() const { return layout_; }
   const Mesh& mesh() const { return layout_.mesh(); }
   const std::vector<Tensor>& shards() const { return shards_; }
-  // Identity of this value: copies share it, every op result gets a new one. Autograd links
-  // recorded ops through it.
+  // Identity of this value: copies share it, every op result gets a new one, and every value a
+  // DVariable holds has the variable's one value id. Autograd links recorded ops through it.
   int64_t id() const { return id_; }
   // The shard of local device `local_index` (InvalidArgumentError when out of range).
   const Tensor& shard(int64_t local_index) const {
@@ -54,6 +54,12 @@ class DTensor {
   std::string short_string() const;
 
  private:
+  friend class DVariable;  // gives its values its own id (autograd tracks the variable)
+  DTensor with_id(int64_t id) const {
+    DTensor t = *this;
+    t.id_ = id;
+    return t;
+  }
   [[noreturn]] void throw_bad_shard_index(int64_t local_index) const;
   struct Trusted {};
   DTensor(Trusted, Shape shape, DType dtype, Layout layout, std::vector<Tensor> shards)

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <queue>
@@ -318,12 +319,27 @@ std::shared_ptr<const RelayoutPlan> plan_relayout(const Layout& from, const Layo
   return cache.plans.emplace(std::move(key), std::move(plan)).first->second;
 }
 
+namespace {
+
+std::atomic<RelayoutRecorder> relayout_recorder{nullptr};
+
+}  // namespace
+
+void set_relayout_recorder(RelayoutRecorder recorder) {
+  relayout_recorder.store(recorder, std::memory_order_release);
+}
+
 DTensor relayout(const DTensor& tensor, const Layout& layout) {
   if (tensor.layout() == layout) return tensor;
   auto plan = plan_relayout(tensor.layout(), layout, tensor.shape(), tensor.dtype());
   std::vector<Tensor> shards = tensor.shards();
   for (const RelayoutStep& step : plan->steps) shards = run_step(shards, tensor.mesh(), step);
-  return DTensor::from_trusted_shards(tensor.shape(), tensor.dtype(), layout, std::move(shards));
+  DTensor out =
+      DTensor::from_trusted_shards(tensor.shape(), tensor.dtype(), layout, std::move(shards));
+  if (RelayoutRecorder record = relayout_recorder.load(std::memory_order_acquire)) {
+    record(tensor, out);
+  }
+  return out;
 }
 
 PlanCacheStats relayout_plan_cache_stats() {

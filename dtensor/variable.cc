@@ -9,6 +9,7 @@ namespace dtensor {
 
 struct DVariable::State {
   int64_t id;
+  int64_t value_id;  // the DTensor id of every value held
   std::string name;
   Layout layout;
   Shape shape;
@@ -65,13 +66,15 @@ DVariable::DVariable(const DTensor& initial, std::string name) {
     throw_error<LayoutError>("DVariable", "variable '{}' cannot have partial layout {}", name,
                              initial.layout().short_string());
   }
+  const int64_t value_id = DTensor::next_id();
   state_ = std::shared_ptr<State>(new State{next_variable_id.fetch_add(1),
+                                            value_id,
                                             std::move(name),
                                             initial.layout(),
                                             initial.shape(),
                                             initial.dtype(),
                                             {},
-                                            initial});
+                                            initial.with_id(value_id)});
 }
 
 int64_t DVariable::id() const { return state_->id; }
@@ -105,7 +108,7 @@ DTensor conform(const DTensor& value, const Layout& layout, const Shape& shape, 
 void DVariable::assign(const DTensor& value) {
   DTensor v = conform(value, layout(), shape(), dtype(), name(), "DVariable::assign");
   std::lock_guard<std::mutex> lock(state_->mu);
-  state_->value = std::move(v);
+  state_->value = v.with_id(state_->value_id);
 }
 
 void DVariable::assign_add(const DTensor& delta) {
@@ -115,7 +118,8 @@ void DVariable::assign_add(const DTensor& delta) {
   DTensor d = conform(delta, layout(), shape(), dtype(), name(), "DVariable::assign_add");
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->value =
-      DTensor::from_trusted_shards(shape(), dtype(), layout(), add_shards(state_->value, d, +1));
+      DTensor::from_trusted_shards(shape(), dtype(), layout(), add_shards(state_->value, d, +1))
+          .with_id(state_->value_id);
 }
 
 void DVariable::assign_sub(const DTensor& delta) {
@@ -125,7 +129,8 @@ void DVariable::assign_sub(const DTensor& delta) {
   DTensor d = conform(delta, layout(), shape(), dtype(), name(), "DVariable::assign_sub");
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->value =
-      DTensor::from_trusted_shards(shape(), dtype(), layout(), add_shards(state_->value, d, -1));
+      DTensor::from_trusted_shards(shape(), dtype(), layout(), add_shards(state_->value, d, -1))
+          .with_id(state_->value_id);
 }
 
 }  // namespace dtensor

@@ -6,6 +6,10 @@
 // on the way in); a value of another shape, dtype or mesh is rejected with an error naming the
 // variable. Updates are copy-on-write: a DTensor read from value() earlier keeps its contents.
 //
+// Every value the variable holds, initial or assigned, carries one DTensor id of its own (not the
+// id of the DTensor passed in): a gradient tape that watches the variable tracks all its reads,
+// before and after an assign.
+//
 // Thread-safety: all methods may be called concurrently; each update is atomic with respect to
 // the others.
 #pragma once

@@ -19,26 +19,42 @@ struct GradientTape::Record {
 
 namespace {
 
+using Grads = std::vector<std::optional<DTensor>>;
+
 struct ThreadTapes {
   std::vector<GradientTape*> active;
   std::vector<std::unordered_set<int64_t>> tracked;  // per active tape
+  // Per active tape: output id -> index of its note_untraced placeholder record.
+  std::vector<std::unordered_map<int64_t, size_t>> placeholders;
   int paused = 0;
   const std::vector<bool>* running = nullptr;  // the tracked inputs of the VJP being run
 };
 
 thread_local ThreadTapes tapes;
 
+// relayout's hook: a relayout of a tracked value is an op like any other; the gradient of the
+// moved value goes back to the source's layout (sums brought whole: the value is the same).
+void record_relayout(const DTensor& input, const DTensor& output) {
+  if (!tape_active() || !is_floating(output.dtype())) return;
+  const Layout back = input.layout().without_partial();
+  record_op({&input}, output, [back](const DTensor& g) -> Grads { return {relayout(g, back)}; });
+}
+
 }  // namespace
 
 GradientTape::GradientTape() {
+  set_relayout_recorder(record_relayout);
   tapes.active.push_back(this);
   tapes.tracked.emplace_back();
+  tapes.placeholders.emplace_back();
 }
 
 GradientTape::~GradientTape() {
   auto it = std::find(tapes.active.begin(), tapes.active.end(), this);
   if (it != tapes.active.end()) {
-    tapes.tracked.erase(tapes.tracked.begin() + (it - tapes.active.begin()));
+    const auto index = it - tapes.active.begin();
+    tapes.tracked.erase(tapes.tracked.begin() + index);
+    tapes.placeholders.erase(tapes.placeholders.begin() + index);
     tapes.active.erase(it);
   }
 }
@@ -49,6 +65,7 @@ void GradientTape::watch(const DTensor& x) {
   watched_.push_back(x.id());
 }
 
+// A variable's values all share its value id, so watching one read watches every read.
 void GradientTape::watch(const DVariable& v) { watch(v.value()); }
 
 NoRecord::NoRecord() { ++tapes.paused; }
@@ -61,12 +78,23 @@ bool gradient_needed(size_t input) {
   return tracked == nullptr || input >= tracked->size() || (*tracked)[input];
 }
 
-void record_op(const std::vector<const DTensor*>& inputs, const DTensor& output, Vjp vjp) {
-  if (!tape_active()) return;
+void record_on_tapes(const std::vector<const DTensor*>& inputs, const DTensor& output, Vjp vjp,
+                     bool placeholder);
+
+void record_on_tapes(const std::vector<const DTensor*>& inputs, const DTensor& output, Vjp vjp,
+                     bool placeholder) {
+  // An identity op: the output is the input's value and gets its gradient directly. Recording
+  // it would make a self-loop that adds the gradient to itself.
+  for (const DTensor* in : inputs) {
+    if (in->id() == output.id()) return;
+  }
   for (size_t t = 0; t < tapes.active.size(); ++t) {
     auto& tracked = tapes.tracked[t];
     bool depends = false;
-    for (const DTensor* in : inputs) depends = depends || tracked.count(in->id()) > 0;
+    for (const DTensor* in : inputs) {
+      depends =
+          depends || (tracked.count(in->id()) > 0 && (!placeholder || is_floating(in->dtype())));
+    }
     if (!depends) continue;
     GradientTape::Record r;
     for (const DTensor* in : inputs) {
@@ -75,9 +103,36 @@ void record_op(const std::vector<const DTensor*>& inputs, const DTensor& output,
     }
     r.output = output.id();
     r.vjp = vjp;
-    tapes.active[t]->records_.push_back(std::move(r));
+    auto& records = tapes.active[t]->records_;
+    auto& placeholders = tapes.placeholders[t];
+    auto stale = placeholders.find(output.id());
+    if (stale != placeholders.end()) {
+      records[stale->second] = std::move(r);  // the op recorded its VJP after all
+      if (!placeholder) placeholders.erase(stale);
+    } else {
+      if (placeholder) placeholders.emplace(output.id(), records.size());
+      records.push_back(std::move(r));
+    }
     tracked.insert(output.id());
   }
+}
+
+void record_op(const std::vector<const DTensor*>& inputs, const DTensor& output, Vjp vjp) {
+  if (!tape_active()) return;
+  record_on_tapes(inputs, output, std::move(vjp), /*placeholder=*/false);
+}
+
+void note_untraced(const std::string& op, const std::vector<const DTensor*>& inputs,
+                   const DTensor& output) {
+  if (!tape_active() || !is_floating(output.dtype())) return;
+  const std::string name = op.substr(0, op.find_first_of(":,"));
+  Vjp missing = [name, what = output.short_string()](const DTensor&) -> Grads {
+    throw_error<UnimplementedError>(
+        "GradientTape::gradient",
+        "op '{}' has no gradient (VJP), and the gradient of the target reaches its output {}", name,
+        what);
+  };
+  record_on_tapes(inputs, output, std::move(missing), /*placeholder=*/true);
 }
 
 std::vector<DTensor> GradientTape::gradient(const DTensor& target,
@@ -115,6 +170,7 @@ std::vector<DTensor> GradientTape::gradient(const DTensor& target,
 
 std::vector<DTensor> GradientTape::gradient(const DTensor& target,
                                             const std::vector<DVariable>& sources) {
+  NoRecord pause;
   std::vector<DTensor> values;
   for (const DVariable& v : sources) values.push_back(v.value());
   std::vector<DTensor> grads = gradient(target, values);

@@ -7,13 +7,24 @@
 // batch-sharded activations is partial over `batch`. gradient() for DVariables brings each
 // gradient to its variable's layout, which is where that partial sum is reduced, once.
 //
-// Tapes are per thread and may nest; a tape is not thread-safe. Values read from a DVariable
-// after watch(variable) are tracked (DVariable reads share the variable's current value id).
+// Gradients are keyed by value identity (DTensor::id). An op that returns its input unchanged
+// (a cast to the same dtype, a relayout to the same layout) keeps that identity and records
+// nothing, so the gradient passes through it once. Every value a DVariable holds, before and after
+// assign, shares the variable's one value id: watch(variable) tracks every read of it, and the
+// gradient of a variable sums over all its reads (TF's semantics).
+//
+// relayout (dtensor/relayout.h) records itself on active tapes: its VJP relayouts the gradient
+// back. An op that computes a floating value from a tracked one without recording a VJP leaves a
+// placeholder on the tape, and gradient() throws UnimplementedError naming the op when the
+// gradient reaches it: a gradient is never silently dropped.
+//
+// Tapes are per thread and may nest; a tape is not thread-safe.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "dtensor/dtensor.h"
@@ -42,9 +53,9 @@ class GradientTape {
  private:
   std::vector<Record> records_;
   std::vector<int64_t> watched_;
-  friend void record_op(const std::vector<const DTensor*>&, const DTensor&,
-                        std::function<std::vector<std::optional<DTensor>>(const DTensor&)>);
-  friend bool tape_active();
+  friend void record_on_tapes(const std::vector<const DTensor*>&, const DTensor&,
+                              std::function<std::vector<std::optional<DTensor>>(const DTensor&)>,
+                              bool);
 };
 
 using Vjp = std::function<std::vector<std::optional<DTensor>>(const DTensor& grad)>;
@@ -61,8 +72,18 @@ class NoRecord {
 
 // For op implementations: whether any tape is recording on this thread, and recording one op
 // (its inputs, output and VJP) on every active tape that tracks one of the inputs.
+// An op whose output is one of its inputs (an identity) is not recorded: the value, and so its
+// gradient, is the input's. Recording an output for which note_untraced left a placeholder
+// replaces the placeholder.
 bool tape_active();
 void record_op(const std::vector<const DTensor*>& inputs, const DTensor& output, Vjp vjp);
+
+// For op expansions: `op` (an op key; its name is the part before ':' or ',') computed `output`
+// from `inputs`. While a tape records and `output` is floating and depends on a watched value,
+// this leaves a placeholder whose VJP throws UnimplementedError naming the op; an op with a VJP
+// replaces it by recording `output` (or runs its forward pass under NoRecord, so nothing is left).
+void note_untraced(const std::string& op, const std::vector<const DTensor*>& inputs,
+                   const DTensor& output);
 
 // For VJPs: false while a tape runs the VJP of an op whose input `input` depends on no watched
 // value (data, labels), so that the gradient would be dropped: the VJP may leave it out (nullopt)

@@ -44,7 +44,9 @@ DTensor expand(const OpSignature& sig, const std::vector<const DTensor*>& inputs
     moved.push_back(relayout(*inputs[i], decision->inputs[i]));
     ready[i] = &moved.back();
   }
-  return run_local(ready, decision->output, out_shape, out_dtype, work, kernel, stacking);
+  DTensor y = run_local(ready, decision->output, out_shape, out_dtype, work, kernel, stacking);
+  note_untraced(sig.op, inputs, y);  // an op with a VJP records y (or runs paused)
+  return y;
 }
 
 DTensor unary_op(const char* name, UnaryOp op, const DTensor& x, bool linear = false) {
@@ -807,9 +809,12 @@ namespace {
 
 DTensor extremum_grad(const DTensor& g, const DTensor& x, const DTensor& y,
                       const std::vector<int64_t>& axes, bool keepdims) {
-  // The gradient goes to every element equal to the extremum.
+  // The gradient is split equally among the elements equal to the extremum (TF, JAX). The tie
+  // count is a sum over the reduced axes, so over a sharded axis it is a partial sum that the
+  // division brings whole: the global count, as on one device.
   DTensor hit = fwd_cast(equal(x, unreduce(y, x, axes, keepdims)), x.dtype());
-  return fwd_mul(unreduce(g, x, axes, keepdims), hit);
+  DTensor ties = fwd_reduce_sum(hit, axes, /*keepdims=*/true);
+  return fwd_mul(unreduce(g, x, axes, keepdims), fwd_div(hit, ties));
 }
 
 }  // namespace
@@ -910,13 +915,8 @@ DTensor transpose(const DTensor& x, std::vector<int64_t> perm) {
   });
 }
 
-DTensor traced_relayout(const DTensor& x, const Layout& layout) {
-  DTensor y = relayout(x, layout);
-  if (y.id() == x.id()) return y;
-  const Layout back = x.layout().without_partial();
-  return traced({&x}, y,
-                [&] { return [back](const DTensor& g) -> Grads { return {relayout(g, back)}; }; });
-}
+// relayout records itself on active tapes (dtensor/relayout.h's recorder, set by the tape).
+DTensor traced_relayout(const DTensor& x, const Layout& layout) { return relayout(x, layout); }
 
 namespace {
 
@@ -954,15 +954,14 @@ DTensor scatter_rows(const DTensor& params, const DTensor& indices, const DTenso
   std::vector<PartialDim> partial;
   const Mesh& mesh = params.mesh();
   // g's dims: [:axis] params dims, then index dims, then the rest. Keep it simple: bring g's
-  // non-index dims unsharded and let the index sharding make the partial.
-  Layout g_target = grad.layout();
+  // non-index dims unsharded and let the index sharding make the partial. The specs are set all
+  // at once: changing them one by one passes through layouts that use a mesh dim twice.
+  std::vector<std::string> g_specs;
   for (int64_t d = 0; d < grad.rank(); ++d) {
     bool index_dim = d >= axis && d < axis + idx.rank();
-    int64_t idx_dim = d - axis;
-    std::string spec = index_dim ? idx.layout().spec(idx_dim) : std::string(Layout::kUnsharded);
-    g_target = g_target.with_spec(d, spec);
+    g_specs.push_back(index_dim ? idx.layout().spec(d - axis) : std::string(Layout::kUnsharded));
   }
-  grad = relayout(grad, g_target);
+  grad = relayout(grad, Layout(g_specs, mesh));
   for (int64_t m = 0; m < mesh.rank(); ++m) {
     if ((idx.layout().sharded_mask() >> m) & 1u)
       partial.push_back({mesh.dims()[m].name, ReduceOp::kSum});
@@ -1098,7 +1097,7 @@ DTensor gather(const DTensor& params, const DTensor& indices, int64_t axis) {
   });
 }
 
-DTensor layer_norm(const DTensor& x, const DTensor& gamma, const DTensor& beta, double eps) {
+DTensor fwd_layer_norm(const DTensor& x, const DTensor& gamma, const DTensor& beta, double eps) {
   check_same_mesh("layer_norm", {&x, &gamma, &beta});
   if (x.rank() < 1 || gamma.shape() != Shape{x.shape().back()} || beta.shape() != gamma.shape()) {
     throw_error<ShapeError>("layer_norm", "gamma {} and beta {} must be [D] for x {}",
@@ -1112,6 +1111,41 @@ DTensor layer_norm(const DTensor& x, const DTensor& gamma, const DTensor& beta, 
   return expand(sig, {&x, &gamma, &beta}, x.shape(), x.dtype(),
                 8.0 * static_cast<double>(x.num_elements()),
                 [eps](const Shards& s) { return kernels::layer_norm(s[0], s[1], s[2], eps).y; });
+}
+
+namespace {
+
+// The VJP of layer_norm in DTensor ops (so it shards like the forward pass). With
+// xhat = (x - mean) * rstd and gy = g * gamma:
+//   dx = rstd * (gy - mean(gy) - xhat * mean(gy * xhat)),  dgamma = sum(g * xhat),  dbeta = sum(g)
+// where means run over the last dim and sums over all the others.
+std::vector<std::optional<DTensor>> layer_norm_grads(const DTensor& g, const DTensor& x,
+                                                     const DTensor& gamma, double eps) {
+  const int64_t last = x.rank() - 1;
+  DTensor centered = fwd_sub(x, fwd_reduce_mean(x, {last}, true));
+  DTensor var = fwd_reduce_mean(fwd_square(centered), {last}, true);
+  DTensor rstd = fwd_rsqrt(fwd_add(var, fill_like(var, eps)));
+  DTensor xhat = fwd_mul(centered, rstd);
+  std::vector<std::optional<DTensor>> grads(3);
+  if (gradient_needed(0)) {
+    DTensor gy = fwd_mul(g, gamma);
+    DTensor mean_gy = fwd_reduce_mean(gy, {last}, true);
+    DTensor mean_gy_xhat = fwd_reduce_mean(fwd_mul(gy, xhat), {last}, true);
+    grads[0] = fwd_mul(rstd, fwd_sub(fwd_sub(gy, mean_gy), fwd_mul(xhat, mean_gy_xhat)));
+  }
+  if (gradient_needed(1)) grads[1] = sum_to(fwd_mul(g, xhat), gamma.shape());
+  if (gradient_needed(2)) grads[2] = sum_to(g, gamma.shape());
+  return grads;
+}
+
+}  // namespace
+
+DTensor layer_norm(const DTensor& x, const DTensor& gamma, const DTensor& beta, double eps) {
+  DTensor y = unrecorded([&] { return fwd_layer_norm(x, gamma, beta, eps); });
+  return traced({&x, &gamma, &beta}, y, [&] {
+    return
+        [x, gamma, eps](const DTensor& g) -> Grads { return layer_norm_grads(g, x, gamma, eps); };
+  });
 }
 
 }  // namespace dtensor
