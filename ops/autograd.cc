@@ -81,6 +81,20 @@ bool gradient_needed(size_t input) {
 void record_on_tapes(const std::vector<const DTensor*>& inputs, const DTensor& output, Vjp vjp,
                      bool placeholder);
 
+namespace {
+
+// Whether tape `t` tracks one of `inputs` (only floating ones count for a placeholder: integer
+// and bool inputs are data whatever the caller watched).
+bool depends_on_tracked(size_t t, const std::vector<const DTensor*>& inputs, bool floating_only) {
+  for (const DTensor* in : inputs) {
+    if (tapes.tracked[t].count(in->id()) > 0 && (!floating_only || is_floating(in->dtype())))
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 void record_on_tapes(const std::vector<const DTensor*>& inputs, const DTensor& output, Vjp vjp,
                      bool placeholder) {
   // An identity op: the output is the input's value and gets its gradient directly. Recording
@@ -90,12 +104,11 @@ void record_on_tapes(const std::vector<const DTensor*>& inputs, const DTensor& o
   }
   for (size_t t = 0; t < tapes.active.size(); ++t) {
     auto& tracked = tapes.tracked[t];
-    bool depends = false;
-    for (const DTensor* in : inputs) {
-      depends =
-          depends || (tracked.count(in->id()) > 0 && (!placeholder || is_floating(in->dtype())));
-    }
-    if (!depends) continue;
+    auto& placeholders = tapes.placeholders[t];
+    auto stale = placeholders.find(output.id());
+    // The op's own record replaces its placeholder, whatever it depends on.
+    const bool replaces = !placeholder && stale != placeholders.end();
+    if (!replaces && !depends_on_tracked(t, inputs, placeholder)) continue;
     GradientTape::Record r;
     for (const DTensor* in : inputs) {
       r.inputs.push_back(in->id());
@@ -104,12 +117,10 @@ void record_on_tapes(const std::vector<const DTensor*>& inputs, const DTensor& o
     r.output = output.id();
     r.vjp = vjp;
     auto& records = tapes.active[t]->records_;
-    auto& placeholders = tapes.placeholders[t];
-    auto stale = placeholders.find(output.id());
-    if (stale != placeholders.end()) {
-      records[stale->second] = std::move(r);  // the op recorded its VJP after all
-      if (!placeholder) placeholders.erase(stale);
-    } else {
+    if (replaces) {
+      records[stale->second] = std::move(r);
+      placeholders.erase(stale);
+    } else if (stale == placeholders.end()) {
       if (placeholder) placeholders.emplace(output.id(), records.size());
       records.push_back(std::move(r));
     }
@@ -125,6 +136,10 @@ void record_op(const std::vector<const DTensor*>& inputs, const DTensor& output,
 void note_untraced(const std::string& op, const std::vector<const DTensor*>& inputs,
                    const DTensor& output) {
   if (!tape_active() || !is_floating(output.dtype())) return;
+  bool tracked = false;
+  for (size_t t = 0; t < tapes.active.size() && !tracked; ++t)
+    tracked = depends_on_tracked(t, inputs, /*floating_only=*/true);
+  if (!tracked) return;
   const std::string name = op.substr(0, op.find_first_of(":,"));
   Vjp missing = [name, what = output.short_string()](const DTensor&) -> Grads {
     throw_error<UnimplementedError>(

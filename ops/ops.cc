@@ -39,10 +39,13 @@ DTensor expand(const OpSignature& sig, const std::vector<const DTensor*>& inputs
   std::vector<DTensor> moved;
   moved.reserve(inputs.size());
   std::vector<const DTensor*> ready(inputs.begin(), inputs.end());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i]->layout() == decision->inputs[i]) continue;
-    moved.push_back(relayout(*inputs[i], decision->inputs[i]));
-    ready[i] = &moved.back();
+  {
+    NoRecord pause;  // moving the inputs is part of this op, not a recorded relayout of its own
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (inputs[i]->layout() == decision->inputs[i]) continue;
+      moved.push_back(relayout(*inputs[i], decision->inputs[i]));
+      ready[i] = &moved.back();
+    }
   }
   DTensor y = run_local(ready, decision->output, out_shape, out_dtype, work, kernel, stacking);
   note_untraced(sig.op, inputs, y);  // an op with a VJP records y (or runs paused)

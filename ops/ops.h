@@ -75,7 +75,8 @@ DTensor one_hot(const DTensor& indices, int64_t depth, DType dtype = DType::kF32
 DTensor reshape(const DTensor& x, const Shape& shape);
 // NumPy broadcasting of `x` to `shape`.
 DTensor broadcast_to(const DTensor& x, const Shape& shape);
-// relayout, recorded on active gradient tapes (its VJP relayouts the gradient back).
+// relayout (dtensor/relayout.h), which itself records on active gradient tapes (its VJP
+// relayouts the gradient back); kept as the op-API spelling.
 DTensor traced_relayout(const DTensor& x, const Layout& layout);
 DTensor transpose(const DTensor& x, std::vector<int64_t> perm);
 
