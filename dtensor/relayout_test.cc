@@ -237,6 +237,17 @@ TEST_CASE("regression: relayout on a mesh with ten size-1 dims plans quickly and
     check_round_trip(x, a, b, 3);
     check_round_trip(x, b, a, 4);
   }
+  // Far apart: every size-1 dim changes state (the search used to visit every combination).
+  std::vector<PartialDim> all_partial;
+  for (int i = 2; i < 10; ++i) all_partial.push_back({"u" + std::to_string(i), ReduceOp::kSum});
+  check_round_trip(x, Layout({"u0", "u1", "x"}, mesh, all_partial), Layout({"u1", "y", "u0"}, mesh),
+                   5);
+  std::vector<PartialDim> max_terms, sum_terms;
+  for (int i = 0; i < 10; ++i) max_terms.push_back({"u" + std::to_string(i), ReduceOp::kMax});
+  for (int i = 4; i < 10; ++i) sum_terms.push_back({"u" + std::to_string(i), ReduceOp::kSum});
+  Tensor x4 = integer_tensor({3, 4, 2, 5}, DType::kF32, 12);
+  check_round_trip(x4, Layout::replicated(mesh, 4).with_partial(max_terms),
+                   Layout({"u0", "u1", "u2", "u3"}, mesh, sum_terms), 6);
   // Size-1 dims cost no data: the plan for the first pair moves what the x,y part moves alone.
   Mesh small = test_mesh({{"x", 2}, {"y", 4}});
   auto plan_small =
