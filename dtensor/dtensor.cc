@@ -69,6 +69,12 @@ std::string DTensor::short_string() const {
 
 namespace {
 
+[[noreturn]] void throw_global_shape_overflow(const std::vector<Tensor>& components,
+                                              const Layout& layout, int64_t dim) {
+  throw_error<ShapeError>("pack", "global size of dim {} overflows: components like {} under {}",
+                          dim, components[0].to_string(), layout.short_string());
+}
+
 Shape infer_global_shape(const std::vector<Tensor>& components, const Layout& layout) {
   const Mesh& mesh = layout.mesh();
   if (static_cast<int64_t>(components.size()) != mesh.num_local_devices()) {
@@ -88,7 +94,9 @@ Shape infer_global_shape(const std::vector<Tensor>& components, const Layout& la
     if (!layout.is_sharded(d)) continue;
     const int64_t m = layout.mesh_dim_of(d);
     if (!all_local) {
-      shape[d] *= layout.num_shards(d);
+      if (!checked_mul(shape[d], layout.num_shards(d), &shape[d])) {
+        throw_global_shape_overflow(components, layout, d);
+      }
       continue;
     }
     // Sum the sizes of the shards along mesh dim m, taking the device with coordinate c along m
@@ -100,7 +108,9 @@ Shape infer_global_shape(const std::vector<Tensor>& components, const Layout& la
       int64_t id = mesh.device_id(coords);
       const Tensor& comp = components[static_cast<size_t>(mesh.local_index(id))];
       if (comp.rank() != layout.rank()) break;  // reported by the DTensor constructor
-      total += comp.dim(d);
+      if (!checked_add(total, comp.dim(d), &total)) {
+        throw_global_shape_overflow(components, layout, d);
+      }
     }
     shape[d] = total;
   }

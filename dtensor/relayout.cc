@@ -76,16 +76,18 @@ struct Edge {
   double cost;
 };
 
-// Every single-mesh-dim transition out of `s` that keeps the layout valid and heads toward
-// `target` (partial states are only entered when the target has them).
+// Every single-mesh-dim transition out of `s` that heads toward `target` (partial states are
+// only entered when the target has them), on the mesh dims not `frozen`. Callers check that the
+// next state is a valid layout (partial ops not mixed).
 std::vector<Edge> edges(const State& s, const State& target, const Mesh& mesh, const Shape& shape,
-                        size_t esize) {
+                        size_t esize, const std::vector<bool>& frozen) {
   constexpr double kStepCost = 256;    // latency of a step, in bytes
   constexpr double kLocalCopy = 0.05;  // a local copy costs far less than moving a byte
   const double bytes = local_bytes(s, mesh, shape, esize);
   const int64_t rank = static_cast<int64_t>(shape.size());
   std::vector<Edge> out;
   for (size_t m = 0; m < s.size(); ++m) {
+    if (frozen[m]) continue;
     const double k = static_cast<double>(mesh.dims()[m].size);
     const int8_t c = s[m];
     auto add = [&](int8_t code, RelayoutStep step, double cost) {
@@ -126,10 +128,73 @@ std::vector<Edge> edges(const State& s, const State& target, const Mesh& mesh, c
   return out;
 }
 
-RelayoutPlan search(const Layout& from, const Layout& to, const Shape& shape, DType dtype) {
+// Appends the step that moves mesh dim `m` of `s` to `code` (found among the edges, so that
+// steps and costs come from one place) and updates `s`.
+void take(State& s, size_t m, int8_t code, const State& goal, const Layout& from,
+          const Shape& shape, size_t esize, RelayoutPlan& plan) {
   const Mesh& mesh = from.mesh();
-  const size_t esize = dtype_size(dtype);
-  const State start = state_of(from), goal = state_of(to);
+  std::vector<bool> only_m(s.size(), true);
+  only_m[m] = false;
+  for (Edge& e : edges(s, goal, mesh, shape, esize, only_m)) {
+    if (e.next[m] != code) continue;
+    Layout layout = from;
+    DTENSOR_CHECK(layout_of(e.next, mesh, from.rank(), &layout));
+    plan.steps.push_back(e.step);
+    plan.layouts.push_back(std::move(layout));
+    plan.cost_bytes += e.cost;
+    s = std::move(e.next);
+    return;
+  }
+  DTENSOR_CHECK(false);
+}
+
+bool has_partial_other_than(const State& s, int8_t code) {
+  for (int8_t c : s) {
+    if (is_partial_code(c) && c != code) return true;
+  }
+  return false;
+}
+
+// A polynomial plan for meshes whose state space is too large to search: each mesh dim takes at
+// most two steps (leave its state, take the target's). Moves straight to the target where the
+// tensor dim is free (all-to-all, reduce-scatter, slice), releases dims whose target is
+// replicated or unreachable in one step, and when every remaining dim waits on another, gathers
+// (or reduces) one of them to break the cycle.
+void greedy(State& s, const State& goal, const Layout& from, const Shape& shape, size_t esize,
+            const std::vector<bool>& frozen, RelayoutPlan& plan) {
+  while (true) {
+    bool progress = false, done = true;
+    for (size_t m = 0; m < s.size(); ++m) {
+      if (frozen[m] || s[m] == goal[m]) continue;
+      done = false;
+      const int8_t want = goal[m];
+      if (want >= 0 && axis_free(s, want)) {
+        take(s, m, want, goal, from, shape, esize, plan);
+      } else if (want == kReplicated || (is_partial_code(want) && s[m] != kReplicated)) {
+        take(s, m, kReplicated, goal, from, shape, esize, plan);
+      } else if (is_partial_code(want) && !has_partial_other_than(s, want)) {
+        take(s, m, want, goal, from, shape, esize, plan);
+      } else {
+        continue;
+      }
+      progress = true;
+    }
+    if (done) return;
+    if (progress) continue;
+    for (size_t m = 0; m < s.size(); ++m) {
+      if (!frozen[m] && s[m] != goal[m] && s[m] != kReplicated) {
+        take(s, m, kReplicated, goal, from, shape, esize, plan);
+        break;
+      }
+    }
+  }
+}
+
+// Shortest path (Dijkstra) over states from `start` to `goal`, moving only mesh dims not
+// `frozen`; appends its steps to `plan`.
+void search(const State& start, const State& goal, const Layout& from, const Shape& shape,
+            size_t esize, const std::vector<bool>& frozen, RelayoutPlan& plan) {
+  const Mesh& mesh = from.mesh();
   struct Visit {
     double cost;
     State state;
@@ -144,7 +209,7 @@ RelayoutPlan search(const Layout& from, const Layout& to, const Shape& shape, DT
     queue.pop();
     if (v.cost > dist[v.state]) continue;
     if (v.state == goal) break;
-    for (Edge& e : edges(v.state, goal, mesh, shape, esize)) {
+    for (Edge& e : edges(v.state, goal, mesh, shape, esize, frozen)) {
       Layout check = from;
       if (!layout_of(e.next, mesh, from.rank(), &check)) continue;
       double cost = v.cost + e.cost;
@@ -155,21 +220,57 @@ RelayoutPlan search(const Layout& from, const Layout& to, const Shape& shape, DT
       queue.push({cost, e.next});
     }
   }
-  if (!dist.count(goal)) {
-    throw_error<InternalError>("relayout", "no plan from {} to {}", from.short_string(),
-                               to.short_string());
-  }
-  RelayoutPlan plan;
-  plan.cost_bytes = dist[goal];
+  DTENSOR_CHECK(dist.count(goal) > 0);
+  std::vector<RelayoutStep> steps;
+  std::vector<Layout> layouts;
   for (State s = goal; s != start;) {
     const auto& [prev, step] = parent.at(s);
-    plan.steps.insert(plan.steps.begin(), step);
+    steps.push_back(step);
     Layout layout = from;
     layout_of(s, mesh, from.rank(), &layout);
-    plan.layouts.insert(plan.layouts.begin(), layout);
+    layouts.push_back(std::move(layout));
     s = prev;
   }
-  return plan;
+  plan.steps.insert(plan.steps.end(), steps.rbegin(), steps.rend());
+  plan.layouts.insert(plan.layouts.end(), layouts.rbegin(), layouts.rend());
+  plan.cost_bytes += dist[goal];
+}
+
+// Above this many states (an estimate: per moving mesh dim, one per tensor dim, replicated and
+// partial) the exact search gives way to the greedy plan.
+constexpr double kMaxSearchStates = 4096;
+
+// The plan from `from` to `to`. Mesh dims of size 1 move no data, so they stay out of the search
+// (which is exponential in the number of mesh dims it moves): those that change are released
+// first and take their target state last, each a step on a group of one device. The other dims
+// are searched exactly when their state space is small (the cheapest order), greedily otherwise.
+RelayoutPlan make_plan(const Layout& from, const Layout& to, const Shape& shape, DType dtype) {
+  const Mesh& mesh = from.mesh();
+  const size_t esize = dtype_size(dtype);
+  const State start = state_of(from), goal = state_of(to);
+  std::vector<bool> frozen(start.size()), unit(start.size());
+  State s = start, middle = goal;  // `middle`: the goal with changing size-1 dims replicated
+  RelayoutPlan result;
+  double states = 1;
+  for (size_t m = 0; m < start.size(); ++m) {
+    unit[m] = mesh.dims()[m].size == 1;
+    frozen[m] = unit[m];
+    if (unit[m] && start[m] != goal[m]) {
+      middle[m] = kReplicated;
+      if (s[m] != kReplicated) take(s, m, kReplicated, goal, from, shape, esize, result);
+    }
+    if (!unit[m]) states *= static_cast<double>(shape.size() + 2);
+  }
+  if (states <= kMaxSearchStates) {
+    search(s, middle, from, shape, esize, frozen, result);
+  } else {
+    greedy(s, middle, from, shape, esize, frozen, result);
+  }
+  s = middle;
+  for (size_t m = 0; m < start.size(); ++m) {
+    if (unit[m] && s[m] != goal[m]) take(s, m, goal[m], goal, from, shape, esize, result);
+  }
+  return result;
 }
 
 struct PlanCache {
@@ -219,6 +320,10 @@ std::vector<Tensor> slice_step(const std::vector<Tensor>& shards, const Mesh& me
     while (j < i && !(shards[j].is_same_as(src) && mesh.coord(ids[j], step.mesh_dim) == c)) ++j;
     if (j < i) {
       out.push_back(out[j].with_device(src.device()));
+      continue;
+    }
+    if (k == 1) {  // one chunk: the whole buffer
+      out.push_back(src);
       continue;
     }
     ShardRange r = chunk_range(src.dim(step.to_axis), k, c);
@@ -314,7 +419,7 @@ std::shared_ptr<const RelayoutPlan> plan_relayout(const Layout& from, const Layo
     }
     ++cache.misses;
   }
-  auto plan = std::make_shared<const RelayoutPlan>(search(from, to, shape, dtype));
+  auto plan = std::make_shared<const RelayoutPlan>(make_plan(from, to, shape, dtype));
   std::lock_guard<std::mutex> lock(cache.mu);
   return cache.plans.emplace(std::move(key), std::move(plan)).first->second;
 }

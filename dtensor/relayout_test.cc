@@ -2,6 +2,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <random>
+#include <string>
+
 #include "runtime/collectives.h"
 #include "tests/layout_enumeration.h"
 #include "tests/test_tensors.h"
@@ -212,4 +215,66 @@ TEST_CASE("relayout rejects other meshes and ranks") {
   CHECK_THROWS_MATCHES(relayout(t, Layout::replicated(a, 1)), LayoutError,
                        Message("[relayout] shape [8,8] with layout [unsharded,unsharded] cannot "
                                "take layout [unsharded]"));
+}
+
+TEST_CASE("regression: relayout on a mesh with ten size-1 dims plans quickly and exactly") {
+  // The exact search was exponential in the mesh rank: 14 s per relayout with 10 size-1 dims.
+  std::vector<MeshDim> dims = {{"x", 2}, {"y", 4}};
+  for (int i = 0; i < 10; ++i) dims.push_back({"u" + std::to_string(i), 1});
+  Mesh mesh = test_mesh(dims);
+  Tensor x = integer_tensor({5, 7, 3}, DType::kF32, 11);
+  const std::vector<std::pair<Layout, Layout>> pairs = {
+      {Layout({"u0", "x", "u1"}, mesh, {{"u2", ReduceOp::kSum}, {"y", ReduceOp::kSum}}),
+       Layout({"y", "u5", "x"}, mesh, {{"u7", ReduceOp::kSum}})},
+      {Layout({"u0", "u1", "u2"}, mesh), Layout({"u2", "u0", "u1"}, mesh)},
+      {Layout({"x", "y", "u9"}, mesh), Layout({"y", "x", "unsharded"}, mesh)},
+      {Layout::replicated(mesh, 3).with_partial({{"u3", ReduceOp::kMax}, {"x", ReduceOp::kMax}}),
+       Layout({"u3", "unsharded", "y"}, mesh, {{"u4", ReduceOp::kSum}})},
+      {Layout({"unsharded", "u8", "unsharded"}, mesh, {{"u1", ReduceOp::kMin}}),
+       Layout::replicated(mesh, 3)},
+  };
+  for (const auto& [a, b] : pairs) {
+    check_round_trip(x, a, b, 3);
+    check_round_trip(x, b, a, 4);
+  }
+  // Far apart: every size-1 dim changes state (the search used to visit every combination).
+  std::vector<PartialDim> all_partial;
+  for (int i = 2; i < 10; ++i) all_partial.push_back({"u" + std::to_string(i), ReduceOp::kSum});
+  check_round_trip(x, Layout({"u0", "u1", "x"}, mesh, all_partial), Layout({"u1", "y", "u0"}, mesh),
+                   5);
+  std::vector<PartialDim> max_terms, sum_terms;
+  for (int i = 0; i < 10; ++i) max_terms.push_back({"u" + std::to_string(i), ReduceOp::kMax});
+  for (int i = 4; i < 10; ++i) sum_terms.push_back({"u" + std::to_string(i), ReduceOp::kSum});
+  Tensor x4 = integer_tensor({3, 4, 2, 5}, DType::kF32, 12);
+  check_round_trip(x4, Layout::replicated(mesh, 4).with_partial(max_terms),
+                   Layout({"u0", "u1", "u2", "u3"}, mesh, sum_terms), 6);
+  // Size-1 dims cost no data: the plan for the first pair moves what the x,y part moves alone.
+  Mesh small = test_mesh({{"x", 2}, {"y", 4}});
+  auto plan_small =
+      plan_relayout(Layout({"unsharded", "x", "unsharded"}, small, {{"y", ReduceOp::kSum}}),
+                    Layout({"y", "unsharded", "x"}, small), x.shape(), DType::kF32);
+  auto plan_big = plan_relayout(pairs[0].first, pairs[0].second, x.shape(), DType::kF32);
+  int big_moving_steps = 0;
+  for (const RelayoutStep& step : plan_big->steps) {
+    big_moving_steps += mesh.dims()[step.mesh_dim].size > 1;
+  }
+  CHECK(big_moving_steps == static_cast<int>(plan_small->steps.size()));
+}
+
+TEST_CASE("regression: relayout on a mesh too large to search exactly is planned greedily") {
+  std::vector<MeshDim> dims;
+  for (int i = 0; i < 6; ++i) dims.push_back({"m" + std::to_string(i), 2});
+  Mesh mesh = test_mesh(dims);
+  Tensor x = integer_tensor({3, 5, 4}, DType::kF32, 7);
+  std::vector<Layout> layouts = all_layouts(mesh, 3, true);
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 24; ++i) {
+    const Layout& a = layouts[rng() % layouts.size()];
+    const Layout& b = layouts[rng() % layouts.size()];
+    check_round_trip(x, a, b, static_cast<uint64_t>(i));
+  }
+  // Every dim swaps its tensor dim with another's: no dim can move before one is gathered.
+  check_round_trip(x, Layout({"m0", "m1", "m2"}, mesh), Layout({"m1", "m2", "m0"}, mesh), 9);
+  check_round_trip(x, Layout({"m0", "m1", "m2"}, mesh, {{"m3", ReduceOp::kSum}}),
+                   Layout({"m3", "m0", "unsharded"}, mesh, {{"m1", ReduceOp::kSum}}), 10);
 }

@@ -22,11 +22,9 @@ std::vector<int> iota_letters(int64_t n, int start = 0) {
   return letters;
 }
 
+// Axis arguments are checked by runtime/shape.h (one rule for every op); errors name `x`.
 int64_t normalize_axis(int64_t axis, int64_t rank, const char* op, const DTensor& x) {
-  if (axis < -rank || axis >= std::max<int64_t>(rank, 1)) {
-    throw_error<InvalidArgumentError>(op, "axis {} is out of range for {}", axis, x.short_string());
-  }
-  return axis < 0 ? axis + rank : axis;
+  return dtensor::normalize_axis(axis, rank, op, [&x] { return x.short_string(); });
 }
 
 // Decides the layouts, relayouts the inputs and runs `kernel` on every shard.
@@ -115,16 +113,7 @@ DTensor binary_op(const char* name, BinaryOp op, const DTensor& a, const DTensor
 }
 
 std::vector<int64_t> normalize_axes(std::vector<int64_t> axes, const DTensor& x, const char* op) {
-  if (axes.empty()) {
-    axes.resize(static_cast<size_t>(x.rank()));
-    std::iota(axes.begin(), axes.end(), 0);
-  }
-  for (int64_t& a : axes) a = normalize_axis(a, x.rank(), op, x);
-  std::sort(axes.begin(), axes.end());
-  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) {
-    throw_error<InvalidArgumentError>(op, "repeated axis in reduction of {}", x.short_string());
-  }
-  return axes;
+  return dtensor::normalize_axes(std::move(axes), x.rank(), op, [&x] { return x.short_string(); });
 }
 
 Shape reduced_shape(const Shape& shape, const std::vector<int64_t>& axes, bool keepdims) {
@@ -261,6 +250,10 @@ DTensor fwd_where(const DTensor& cond, const DTensor& a, const DTensor& b) {
     throw_error<DTypeError>("where", "condition {} must be bool", cond.short_string());
   }
   Shape out = broadcast_shape("where", a, b);
+  // The condition against each value on its own, so that an error names the operand it
+  // disagrees with; pairwise agreement means the three broadcast together.
+  broadcast_shapes("where", cond.shape(), a.shape(), cond, a);
+  broadcast_shapes("where", cond.shape(), b.shape(), cond, b);
   out = broadcast_shapes("where", cond.shape(), out, cond, a);
   OpSignature sig{
       "where",
@@ -474,6 +467,7 @@ DTensor one_hot(const DTensor& indices, int64_t depth, DType dtype) {
   out_letters.push_back(kBroadcastDim);
   Shape out = indices.shape();
   out.push_back(depth);
+  validate_shape(out, "one_hot");  // a huge depth must not overflow the element count
   OpSignature sig{"one_hot:" + std::to_string(depth) + std::string(dtype_name(dtype)),
                   {{iota_letters(indices.rank()), false}},
                   out_letters};
@@ -484,14 +478,15 @@ DTensor one_hot(const DTensor& indices, int64_t depth, DType dtype) {
 DTensor fwd_reshape(const DTensor& x, const Shape& shape) {
   Shape target = shape;
   int64_t known = 1, infer = -1;
+  bool valid = true;  // dims >= -1, at most one -1, a product that does not overflow
   for (size_t i = 0; i < target.size(); ++i) {
     if (target[i] == -1 && infer < 0)
       infer = static_cast<int64_t>(i);
     else
-      known *= target[i];
+      valid = valid && target[i] >= 0 && checked_mul(known, target[i], &known);
   }
-  if (infer >= 0 && known > 0) target[infer] = x.num_elements() / known;
-  if (num_elements(target) != x.num_elements() ||
+  if (valid && infer >= 0 && known > 0) target[infer] = x.num_elements() / known;
+  if (!valid || num_elements(target) != x.num_elements() ||
       std::any_of(target.begin(), target.end(), [](int64_t d) { return d < 0; })) {
     throw_error<ShapeError>("reshape", "cannot reshape {} to {}", x.short_string(),
                             shape_to_string(shape));
@@ -522,14 +517,7 @@ DTensor fwd_transpose(const DTensor& x, std::vector<int64_t> perm) {
   if (perm.empty()) {
     for (int64_t d = x.rank() - 1; d >= 0; --d) perm.push_back(d);
   }
-  std::vector<int64_t> sorted = perm;
-  std::sort(sorted.begin(), sorted.end());
-  std::vector<int64_t> identity(static_cast<size_t>(x.rank()));
-  std::iota(identity.begin(), identity.end(), 0);
-  if (sorted != identity) {
-    throw_error<InvalidArgumentError>("transpose", "[{}] is not a permutation of the dims of {}",
-                                      fmt::join(perm, ","), x.short_string());
-  }
+  check_permutation(perm, x.rank(), "transpose", [&x] { return x.short_string(); });
   std::vector<int> in_letters = iota_letters(x.rank());
   std::vector<int> out_letters;
   Shape out;
@@ -600,6 +588,7 @@ DTensor gelu_derivative(const DTensor& x) {
 
 DTensor broadcast_to(const DTensor& x, const Shape& shape) {
   if (x.shape() == shape) return x;
+  validate_shape(shape, "broadcast_to");
   if (shape.size() < x.shape().size()) {
     throw_error<ShapeError>("broadcast_to", "cannot broadcast {} to {}", x.short_string(),
                             shape_to_string(shape));
@@ -998,6 +987,7 @@ DTensor concat(const std::vector<DTensor>& xs, int64_t axis) {
     }
     out[axis] += x.shape()[axis];
   }
+  validate_shape(out, "concat");
   check_same_mesh("concat", inputs);
   std::vector<int> letters = iota_letters(first.rank());
   letters[axis] = kBroadcastDim;  // the joined dim stays whole on every device
@@ -1042,8 +1032,10 @@ DTensor slice(const DTensor& x, const std::vector<int64_t>& begin, const Shape& 
   std::vector<int> letters = iota_letters(x.rank());
   std::string key = "slice";
   for (int64_t d = 0; d < x.rank(); ++d) {
-    if (out[d] == -1) out[d] = x.shape()[d] - begin[d];
-    if (begin[d] < 0 || out[d] < 0 || begin[d] + out[d] > x.shape()[d]) {
+    // Compared as size <= dim - begin once begin is within the dim: begin + size may overflow.
+    const bool begin_ok = begin[d] >= 0 && begin[d] <= x.shape()[d];
+    if (begin_ok && out[d] == -1) out[d] = x.shape()[d] - begin[d];
+    if (!begin_ok || out[d] < 0 || out[d] > x.shape()[d] - begin[d]) {
       throw_error<ShapeError>("slice", "box at [{}] of size {} does not fit {}",
                               fmt::join(begin, ","), shape_to_string(size), x.short_string());
     }
@@ -1086,6 +1078,7 @@ DTensor gather(const DTensor& params, const DTensor& indices, int64_t axis) {
   Shape out(params.shape().begin(), params.shape().begin() + axis);
   out.insert(out.end(), indices.shape().begin(), indices.shape().end());
   out.insert(out.end(), params.shape().begin() + axis + 1, params.shape().end());
+  validate_shape(out, "gather");
   OpSignature sig{"gather:" + std::to_string(axis),
                   {{p_letters, true}, {i_letters, false}},
                   out_letters,

@@ -229,8 +229,8 @@ TEST_CASE("a contraction over a sharded dim sums each partial group in one call"
                                            : std::vector<std::string>{along, b_other},
                                         mesh));
       DTensor y = matmul(da, db, ta, tb);
-      const std::string what = std::string("matmul") + (ta ? "T" : "N") + (tb ? "T" : "N") + " " +
-                               describe({da, db});
+      const std::string what =
+          std::string("matmul") + (ta ? "T" : "N") + (tb ? "T" : "N") + " " + describe({da, db});
       INFO(what);
       REQUIRE(y.layout().is_partial());
       for (const auto& group : mesh.groups(y.layout().partial_mask())) {
@@ -249,8 +249,8 @@ TEST_CASE("a contraction over a sharded dim sums each partial group in one call"
       check_close(to_global(scale(add(y, y), 0.5)), want, what + " linear chain");
       Tensor w = gen.values({m, 3}, -2, 2);
       DTensor dw = distribute(w, Layout::replicated(mesh, 2));
-      check_close(to_global(matmul(y, dw, true, false)),
-                  kernels::matmul(want, w, {true, false, 0}), what + " second contraction");
+      check_close(to_global(matmul(y, dw, true, false)), kernels::matmul(want, w, {true, false, 0}),
+                  what + " second contraction");
     }
   }
 }
@@ -462,4 +462,127 @@ TEST_CASE("ops reject bad inputs with clear errors") {
                                "class dim"));
   CHECK_THROWS_MATCHES(where(a, a, a), DTypeError,
                        Message("[where] condition f32[2,3] [unsharded,unsharded] must be bool"));
+}
+
+TEST_CASE("regression: axis 0 on a scalar is an InvalidArgumentError in every op taking an axis") {
+  Mesh mesh = test_mesh({{"batch", 8}});
+  DTensor s = distribute(Tensor::zeros({}, DType::kF32), Layout::replicated(mesh, 0));
+  DTensor idx = distribute(Tensor::zeros({2}, DType::kI32), Layout::replicated(mesh, 1));
+  const std::string msg = " axis 0 is out of range for f32[] []";
+  // These used to segfault (argmax: throw std::out_of_range).
+  CHECK_THROWS_MATCHES(reduce_sum(s, {0}), InvalidArgumentError, Message("[reduce_sum]" + msg));
+  CHECK_THROWS_MATCHES(reduce_mean(s, {0}), InvalidArgumentError, Message("[reduce_mean]" + msg));
+  CHECK_THROWS_MATCHES(reduce_max(s, {0}), InvalidArgumentError, Message("[reduce_max]" + msg));
+  CHECK_THROWS_MATCHES(reduce_min(s, {0}), InvalidArgumentError, Message("[reduce_min]" + msg));
+  CHECK_THROWS_MATCHES(argmax(s, 0), InvalidArgumentError, Message("[argmax]" + msg));
+  CHECK_THROWS_MATCHES(softmax(s, 0), InvalidArgumentError, Message("[softmax]" + msg));
+  CHECK_THROWS_MATCHES(log_softmax(s, 0), InvalidArgumentError, Message("[log_softmax]" + msg));
+  CHECK_THROWS_MATCHES(logsumexp(s, 0), InvalidArgumentError, Message("[logsumexp]" + msg));
+  CHECK_THROWS_MATCHES(concat({s, s}, 0), InvalidArgumentError, Message("[concat]" + msg));
+  CHECK_THROWS_MATCHES(gather(s, idx, 0), InvalidArgumentError, Message("[gather]" + msg));
+  CHECK_THROWS_MATCHES(softmax(s), InvalidArgumentError,
+                       Message("[softmax] axis -1 is out of range for f32[] []"));
+  CHECK_THROWS_MATCHES(transpose(s, {0}), InvalidArgumentError,
+                       Message("[transpose] [0] is not a permutation of the dims of f32[] []"));
+  // Reducing a scalar over no axes is fine.
+  CHECK(reduce_sum(s).shape() == Shape{});
+  CHECK(transpose(s, {}).shape() == Shape{});
+}
+
+TEST_CASE("regression: axes are normalised in one place: negative, repeated, out of range") {
+  Mesh mesh = test_mesh({{"batch", 8}});
+  DTensor a = distribute(Tensor::zeros({2, 3}, DType::kF32), Layout::replicated(mesh, 2));
+  const std::string shape = " f32[2,3] [unsharded,unsharded]";
+  CHECK_THROWS_MATCHES(reduce_max(a, {-3}), InvalidArgumentError,
+                       Message("[reduce_max] axis -3 is out of range for" + shape));
+  CHECK_THROWS_MATCHES(reduce_mean(a, {0, -2}), InvalidArgumentError,
+                       Message("[reduce_mean] repeated axis in reduction of" + shape));
+  CHECK_THROWS_MATCHES(argmax(a, 2), InvalidArgumentError,
+                       Message("[argmax] axis 2 is out of range for" + shape));
+  CHECK_THROWS_MATCHES(argmax(a, INT64_MIN), InvalidArgumentError,
+                       Message("[argmax] axis -9223372036854775808 is out of range for" + shape));
+  CHECK_THROWS_MATCHES(logsumexp(a, 5), InvalidArgumentError,
+                       Message("[logsumexp] axis 5 is out of range for" + shape));
+  CHECK_THROWS_MATCHES(concat({a, a}, -3), InvalidArgumentError,
+                       Message("[concat] axis -3 is out of range for" + shape));
+  CHECK_THROWS_MATCHES(gather(a, a, 2), InvalidArgumentError,
+                       Message("[gather] axis 2 is out of range for" + shape));
+  CHECK_THROWS_MATCHES(transpose(a, {1, 2}), InvalidArgumentError,
+                       Message("[transpose] [1,2] is not a permutation of the dims of" + shape));
+  CHECK_THROWS_MATCHES(transpose(a, {-1, 0}), InvalidArgumentError,
+                       Message("[transpose] [-1,0] is not a permutation of the dims of" + shape));
+  CHECK(reduce_sum(a, {-1, 0}).shape() == Shape{});
+  CHECK(argmax(a, -1).shape() == Shape{2});
+  CHECK(concat({a, a}, -1).shape() == Shape{2, 6});
+}
+
+TEST_CASE("regression: slice checks begin and size without overflowing") {
+  Mesh mesh = test_mesh({{"batch", 8}});
+  DTensor x = distribute(Tensor::zeros({4}, DType::kF32), Layout::replicated(mesh, 1));
+  // begin + size used to overflow and pass the check, then corrupt the heap.
+  CHECK_THROWS_MATCHES(slice(x, {1}, {INT64_MAX}), ShapeError,
+                       Message("[slice] box at [1] of size [9223372036854775807] does not fit "
+                               "f32[4] [unsharded]"));
+  CHECK_THROWS_MATCHES(slice(x, {INT64_MAX}, {-1}), ShapeError,
+                       Message("[slice] box at [9223372036854775807] of size [-1] does not fit "
+                               "f32[4] [unsharded]"));
+  CHECK_THROWS_MATCHES(slice(x, {INT64_MIN}, {-1}), ShapeError,
+                       Message("[slice] box at [-9223372036854775808] of size [-1] does not fit "
+                               "f32[4] [unsharded]"));
+  CHECK_THROWS_MATCHES(slice(x, {2}, {-2}), ShapeError,
+                       Message("[slice] box at [2] of size [-2] does not fit f32[4] [unsharded]"));
+  CHECK(slice(x, {4}, {-1}).shape() == Shape{0});
+  CHECK(slice(x, {1}, {3}).shape() == Shape{3});
+}
+
+TEST_CASE("regression: one_hot with a huge depth is an error, not a segfault") {
+  Mesh mesh = test_mesh({{"batch", 8}});
+  DTensor idx = distribute(Tensor::zeros({4}, DType::kI32), Layout::replicated(mesh, 1));
+  CHECK_THROWS_MATCHES(one_hot(idx, INT64_MAX), ShapeError,
+                       Message("[one_hot] shape [4,9223372036854775807] has too many elements (at "
+                               "most 1125899906842624 are supported)"));
+  CHECK_THROWS_MATCHES(one_hot(idx, int64_t{1} << 62), ShapeError,
+                       Message("[one_hot] shape [4,4611686018427387904] has too many elements (at "
+                               "most 1125899906842624 are supported)"));
+  // Within the element limit but far beyond one buffer: the allocation is refused, by size.
+  CHECK_THROWS_AS(one_hot(idx, int64_t{1} << 45), InvalidArgumentError);
+  CHECK(one_hot(idx, 0).shape() == Shape{4, 0});
+}
+
+TEST_CASE("regression: where's broadcast error names the operands that disagree") {
+  Mesh mesh = test_mesh({{"batch", 8}});
+  DTensor cond = distribute(Tensor::zeros({3}, DType::kBool), Layout::replicated(mesh, 1));
+  DTensor a = distribute(Tensor::zeros({1}, DType::kF32), Layout::replicated(mesh, 1));
+  DTensor b = distribute(Tensor::zeros({2}, DType::kF32), Layout::replicated(mesh, 1));
+  // Used to name the condition and `a`, which broadcast fine.
+  CHECK_THROWS_MATCHES(where(cond, a, b), ShapeError,
+                       Message("[where] shapes do not broadcast: bool[3] [unsharded] and f32[2] "
+                               "[unsharded]"));
+  CHECK_THROWS_MATCHES(where(cond, b, a), ShapeError,
+                       Message("[where] shapes do not broadcast: bool[3] [unsharded] and f32[2] "
+                               "[unsharded]"));
+  DTensor c = distribute(Tensor::zeros({3}, DType::kF32), Layout::replicated(mesh, 1));
+  CHECK_THROWS_MATCHES(where(cond, c, b), ShapeError,
+                       Message("[where] shapes do not broadcast: f32[3] [unsharded] and f32[2] "
+                               "[unsharded]"));
+  CHECK(where(cond, a, c).shape() == Shape{3});
+}
+
+TEST_CASE("regression: reshape and broadcast_to reject shapes that overflow or are negative") {
+  Mesh mesh = test_mesh({{"batch", 8}});
+  DTensor a = distribute(Tensor::zeros({2, 3}, DType::kF32), Layout::replicated(mesh, 2));
+  const int64_t big = int64_t{1} << 32;
+  CHECK_THROWS_MATCHES(reshape(a, {big, big, -1}), ShapeError,
+                       Message("[reshape] cannot reshape f32[2,3] [unsharded,unsharded] to "
+                               "[4294967296,4294967296,-1]"));
+  CHECK_THROWS_MATCHES(reshape(a, {-2, -3}), ShapeError,
+                       Message("[reshape] cannot reshape f32[2,3] [unsharded,unsharded] to "
+                               "[-2,-3]"));
+  CHECK_THROWS_MATCHES(broadcast_to(a, {-1, 2, 3}), ShapeError,
+                       Message("[broadcast_to] negative dim in shape [-1,2,3]"));
+  CHECK_THROWS_MATCHES(
+      broadcast_to(a, {big, big, 2, 3}), ShapeError,
+      Message("[broadcast_to] shape [4294967296,4294967296,2,3] has too many elements (at most "
+              "1125899906842624 are supported)"));
+  CHECK(reshape(a, {3, -1}).shape() == Shape{3, 2});
 }
