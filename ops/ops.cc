@@ -484,9 +484,7 @@ struct SoftmaxPieces {
 };
 
 SoftmaxPieces softmax_pieces(const DTensor& x_in, int64_t axis) {
-  // Reduced once here rather than in each consumer.
-  const DTensor x =
-      x_in.layout().is_partial() ? relayout(x_in, x_in.layout().without_partial()) : x_in;
+  const DTensor x = without_partial(x_in);  // reduced once here rather than in each consumer
   DTensor max = reduce_max(x, {axis}, true);
   max = relayout(max, max.layout().without_partial());
   OpSignature sig{"softmax_shift", {{iota_letters(max.rank()), false}}, iota_letters(max.rank())};
@@ -506,7 +504,7 @@ SoftmaxPieces softmax_pieces(const DTensor& x_in, int64_t axis) {
 void check_labels_in_range(const DTensor& labels, int64_t classes) {
   const Mesh& mesh = labels.mesh();
   const Layout plain = labels.layout().without_partial();
-  const DTensor whole = labels.layout().is_partial() ? relayout(labels, plain) : labels;
+  const DTensor whole = without_partial(labels);
   int64_t worst = -1, value = 0;  // the first bad label in global order, and its value
   for (size_t i = 0; i < whole.shards().size(); ++i) {
     const Tensor& shard = whole.shards()[i];
@@ -525,7 +523,10 @@ void check_labels_in_range(const DTensor& labels, int64_t classes) {
       for (size_t d = 0; d < local.size(); ++d) {
         flat = flat * labels.shape()[d] + offset[d] + local[d];
       }
-      if (worst < 0 || flat < worst) worst = flat, value = label;
+      if (worst < 0 || flat < worst) {
+        worst = flat;
+        value = label;
+      }
     }
   }
   if (worst < 0) return;
