@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <unordered_set>
 
@@ -228,22 +229,31 @@ DTensor without_partial(const DTensor& x) {
   return x.layout().is_partial() ? relayout(x, x.layout().without_partial()) : x;
 }
 
-// Whether every local value of `t` is finite (and non-zero when `nonzero`). Branch-free, so the
-// scan runs at memory speed: v - v is 0 exactly when v is finite.
-template <typename T>
-bool finite_values(const T* p, int64_t n, bool nonzero) {
-  bool ok = true;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = static_cast<float>(p[i]);
-    ok &= (v - v == 0.0f) & !(nonzero & (v == 0.0f));
+// Whether the n floating values at `data` (Bits: their unsigned bit pattern) are all finite, and
+// non-zero when `nonzero`. Bit tests with an integer OR, so the loop vectorizes and runs at memory
+// speed: an all-ones exponent is inf or NaN, no bits but the sign is zero.
+template <typename Bits, Bits kExponent, Bits kMagnitude>
+bool finite_values(const void* data, int64_t n, bool nonzero) {
+  const char* bytes = static_cast<const char*>(data);
+  const Bits check_zero = nonzero ? 1 : 0;
+  auto is_bad = [&](int64_t i) {
+    Bits v;
+    std::memcpy(&v, bytes + i * static_cast<int64_t>(sizeof(Bits)), sizeof(Bits));
+    const Bits non_finite = (v & kExponent) == kExponent;
+    const Bits zero = (v & kMagnitude) == 0;
+    return static_cast<Bits>(non_finite | (zero & check_zero));
+  };
+  // Fixed-width blocks of independent lanes: what the compiler turns into vector code at -O2.
+  constexpr int64_t kLanes = 16;
+  Bits lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) lanes[j] = static_cast<Bits>(lanes[j] | is_bad(i + j));
   }
-  return ok;
-}
-template <>
-bool finite_values(const double* p, int64_t n, bool nonzero) {
-  bool ok = true;
-  for (int64_t i = 0; i < n; ++i) ok &= (p[i] - p[i] == 0.0) & !(nonzero & (p[i] == 0.0));
-  return ok;
+  Bits bad = 0;
+  for (; i < n; ++i) bad = static_cast<Bits>(bad | is_bad(i));
+  for (Bits lane : lanes) bad = static_cast<Bits>(bad | lane);
+  return bad == 0;
 }
 
 // Whether a partial sum may pass through a product with `factor` (a non-partial operand):
@@ -258,12 +268,14 @@ bool exact_factor(const DTensor& factor, bool divisor) {
   std::unordered_set<const void*> seen;  // replicated shards may share one buffer
   for (const Tensor& t : factor.shards()) {
     if (!ok || !seen.insert(t.raw_data()).second) continue;
+    const int64_t n = t.num_elements();
     if (t.dtype() == DType::kF64) {
-      ok = finite_values(t.data<double>(), t.num_elements(), divisor);
+      ok = finite_values<uint64_t, 0x7ff0000000000000u, 0x7fffffffffffffffu>(t.raw_data(), n,
+                                                                             divisor);
     } else if (t.dtype() == DType::kF32) {
-      ok = finite_values(t.data<float>(), t.num_elements(), divisor);
+      ok = finite_values<uint32_t, 0x7f800000u, 0x7fffffffu>(t.raw_data(), n, divisor);
     } else {
-      ok = finite_values(t.data<BFloat16>(), t.num_elements(), divisor);
+      ok = finite_values<uint16_t, 0x7f80u, 0x7fffu>(t.raw_data(), n, divisor);
     }
   }
   const Mesh& mesh = factor.mesh();
