@@ -217,6 +217,22 @@ TEST_CASE("mul and div by a non-finite factor do not pass a partial sum through"
   CHECK(collective_stats().count(CollectiveKind::kAllReduce) == (mesh.num_processes() > 1 ? 2 : 0));
 }
 
+TEST_CASE("integer div of a partial sum divides the sum, not each term") {
+  // Regression: div passed a partial-sum dividend through for every dtype, but integer division
+  // truncates each term: (3 + 4) / 2 is 3, 3 / 2 + 4 / 2 is 3 only by luck, 1 / 2 + 1 / 2 is 0.
+  const Mesh mesh = test_mesh({{"batch", 8}});
+  Tensor a = Tensor::empty({4}, DType::kI32), b = Tensor::empty({4}, DType::kI32);
+  for (int32_t i = 0; i < 4; ++i) {
+    a.data<int32_t>()[i] = 7 + 10 * i;
+    b.data<int32_t>()[i] = 2 + i;
+  }
+  const Layout partial({"unsharded"}, mesh, {{"batch", ReduceOp::kSum}});
+  DTensor da = distribute_with_terms(a, partial, 5);
+  DTensor db = distribute(b, Layout::replicated(mesh, 1));
+  CHECK(bitwise_equal(to_global(dtensor::div(da, db)),
+                      kernels::binary(kernels::BinaryOp::kDiv, a, b)));
+}
+
 // [local]: under mpirun only the processes holding the bad label would throw.
 TEST_CASE("out-of-range labels throw the same error whether the class dim is sharded or not",
           "[local]") {
