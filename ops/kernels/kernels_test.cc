@@ -1126,7 +1126,7 @@ TEST_CASE("softmax family defines +inf, -inf and NaN rows and keeps large-logit 
   Tensor x = make({4, 3}, DType::kF32,
                   {kInf, 100, 1,         // +inf beside a large finite value
                    -kInf, -kInf, -kInf,  // all -inf
-                   1, kNaN, 2,            // NaN
+                   1, kNaN, 2,           // NaN
                    1e6, 1e6 + 1, 1e6 + 2});
   Tensor sm = softmax(x, 1), ls = log_softmax(x, 1), lse = logsumexp(x, 1, false);
   const float* s = sm.data<float>();
