@@ -1,7 +1,10 @@
 #include "ops/ops.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <numeric>
+#include <unordered_set>
 
 #include "dtensor/creation.h"
 #include "dtensor/relayout.h"
@@ -9,6 +12,7 @@
 #include "ops/expand.h"
 #include "ops/kernels/kernels.h"
 #include "ops/sharding.h"
+#include "runtime/collectives.h"
 
 namespace dtensor {
 namespace {
@@ -209,11 +213,100 @@ DTensor fwd_add(const DTensor& a, const DTensor& b) {
 DTensor fwd_sub(const DTensor& a, const DTensor& b) {
   return binary_op("sub", BinaryOp::kSub, a, b, Linearity::kAdditive);
 }
+namespace {
+
+bool has_partial_sum(const DTensor& x) {
+  return x.layout().is_partial() && x.layout().partial()[0].op == ReduceOp::kSum;
+}
+
+DTensor without_partial(const DTensor& x) {
+  return x.layout().is_partial() ? relayout(x, x.layout().without_partial()) : x;
+}
+
+// Whether the n floating values at `data` (Bits: their unsigned bit pattern) are all finite, and
+// non-zero when `nonzero`. Bit tests with an integer OR, so the loop vectorizes and runs at memory
+// speed: an all-ones exponent is inf or NaN, no bits but the sign is zero.
+template <typename Bits, Bits kExponent, Bits kMagnitude>
+bool finite_values(const void* data, int64_t n, bool nonzero) {
+  const char* bytes = static_cast<const char*>(data);
+  const Bits check_zero = nonzero ? 1 : 0;
+  auto is_bad = [&](int64_t i) {
+    Bits v;
+    std::memcpy(&v, bytes + i * static_cast<int64_t>(sizeof(Bits)), sizeof(Bits));
+    const Bits non_finite = (v & kExponent) == kExponent;
+    const Bits zero = (v & kMagnitude) == 0;
+    return static_cast<Bits>(non_finite | (zero & check_zero));
+  };
+  // Fixed-width blocks of independent lanes: what the compiler turns into vector code at -O2.
+  constexpr int64_t kLanes = 16;
+  Bits lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) lanes[j] = static_cast<Bits>(lanes[j] | is_bad(i + j));
+  }
+  Bits bad = 0;
+  for (; i < n; ++i) bad = static_cast<Bits>(bad | is_bad(i));
+  for (Bits lane : lanes) bad = static_cast<Bits>(bad | lane);
+  return bad == 0;
+}
+
+// Whether a partial sum may pass through a product with `factor` (a non-partial operand):
+// each device then multiplies (or divides) its own term, which is exact only when every factor
+// is finite: inf times a zero term is NaN where the single-device product is inf. A divisor must
+// also be non-zero (x / 0 of a zero term is NaN), and integer division truncates each term, so
+// it never is. Processes agree through one tiny all-reduce, since the output layout must be the
+// same everywhere.
+bool exact_factor(const DTensor& factor, bool divisor) {
+  if (!is_floating(factor.dtype())) return !divisor;
+  bool ok = true;
+  std::unordered_set<const void*> seen;  // replicated shards may share one buffer
+  for (const Tensor& t : factor.shards()) {
+    if (!ok || !seen.insert(t.raw_data()).second) continue;
+    const int64_t n = t.num_elements();
+    if (t.dtype() == DType::kF64) {
+      ok = finite_values<uint64_t, 0x7ff0000000000000u, 0x7fffffffffffffffu>(t.raw_data(), n,
+                                                                             divisor);
+    } else if (t.dtype() == DType::kF32) {
+      ok = finite_values<uint32_t, 0x7f800000u, 0x7fffffffu>(t.raw_data(), n, divisor);
+    } else {
+      ok = finite_values<uint16_t, 0x7f80u, 0x7fffu>(t.raw_data(), n, divisor);
+    }
+  }
+  const Mesh& mesh = factor.mesh();
+  if (mesh.num_processes() == 1) return ok;
+  std::vector<Tensor> flags;
+  for (int64_t id : mesh.local_device_ids()) {
+    Tensor flag = Tensor::empty({}, DType::kBool).with_device(mesh_device(mesh, id));
+    *flag.data<bool>() = !ok;
+    flags.push_back(std::move(flag));
+  }
+  const MeshDimMask every_dim = static_cast<MeshDimMask>((MeshDimMask{1} << mesh.rank()) - 1);
+  return !*all_reduce(mesh, every_dim, flags, ReduceOp::kMax)[0].data<bool>();
+}
+
+// The operands of a product (mul, or div when `divide`: a / b) with a partial-sum operand such
+// that passing the partial through gives the single-device result: the other operand made whole,
+// and the partial one reduced first unless the other is an exact factor. Without partial-sum
+// operands (the common case) nothing is checked or moved.
+std::pair<DTensor, DTensor> exact_product_operands(const DTensor& a, const DTensor& b,
+                                                   bool divide) {
+  const bool term_is_a = has_partial_sum(a);
+  if (!term_is_a && (divide || !has_partial_sum(b))) return {a, b};
+  const DTensor& term = term_is_a ? a : b;
+  DTensor factor = without_partial(term_is_a ? b : a);
+  DTensor kept = exact_factor(factor, divide) ? term : without_partial(term);
+  return term_is_a ? std::make_pair(kept, factor) : std::make_pair(factor, kept);
+}
+
+}  // namespace
+
 DTensor fwd_mul(const DTensor& a, const DTensor& b) {
-  return binary_op("mul", BinaryOp::kMul, a, b, Linearity::kMultilinear, true, true);
+  auto [x, y] = exact_product_operands(a, b, /*divide=*/false);
+  return binary_op("mul", BinaryOp::kMul, x, y, Linearity::kMultilinear, true, true);
 }
 DTensor fwd_div(const DTensor& a, const DTensor& b) {
-  return binary_op("div", BinaryOp::kDiv, a, b, Linearity::kMultilinear, true, false);
+  auto [x, y] = exact_product_operands(a, b, /*divide=*/true);
+  return binary_op("div", BinaryOp::kDiv, x, y, Linearity::kMultilinear, true, false);
 }
 DTensor fwd_pow(const DTensor& a, const DTensor& b) {
   return binary_op("pow", BinaryOp::kPow, a, b);
@@ -392,12 +485,69 @@ Tensor logsumexp_kernel(const Tensor& x, int64_t axis, bool keepdims) {
 
 bool axis_sharded(const DTensor& x, int64_t axis) { return x.layout().is_sharded(axis); }
 
-// Stable pieces over a sharded axis: shifted = x - max(x), sum of exp(shifted). Two small
-// all-reduces ([..., 1] each) instead of gathering the axis.
-std::pair<DTensor, DTensor> shifted_and_sum(const DTensor& x, int64_t axis) {
-  DTensor shifted = sub(x, reduce_max(x, {axis}, true));
-  DTensor sum = reduce_sum(exp(shifted), {axis}, true);
-  return {shifted, sum};
+// The softmax family over a sharded axis, from the pieces the kernels use (kernels::softmax):
+// x without partial terms, shift = softmax_shift(global max), the exps of x - shift and their
+// global sum. Two small all-reduces ([..., 1] each) instead of gathering the axis, and the same
+// non-finite results as one device: the shift rule keeps x - shift from being inf - inf.
+struct SoftmaxPieces {
+  DTensor x, shift, shifted, exps, sum;  // shifted = x - shift; shift and sum keep the axis
+};
+
+SoftmaxPieces softmax_pieces(const DTensor& x_in, int64_t axis) {
+  const DTensor x = without_partial(x_in);  // reduced once here rather than in each consumer
+  DTensor max = reduce_max(x, {axis}, true);
+  max = relayout(max, max.layout().without_partial());
+  OpSignature sig{"softmax_shift", {{iota_letters(max.rank()), false}}, iota_letters(max.rank())};
+  DTensor shift =
+      expand(sig, {&max}, max.shape(), max.dtype(), static_cast<double>(max.num_elements()),
+             [](const Shards& s) { return kernels::softmax_shift(s[0]); });
+  DTensor shifted = sub(x, shift);
+  DTensor exps = exp(shifted);
+  DTensor sum = reduce_sum(exps, {axis}, true);
+  sum = relayout(sum, sum.layout().without_partial());
+  return {x, shift, shifted, exps, sum};
+}
+
+// Labels outside [0, classes) throw the kernel's error, naming the label's global position, on
+// every layout: the class-sharded expansion never runs the kernel's check, and the kernel would
+// name a position within its shard.
+void check_labels_in_range(const DTensor& labels, int64_t classes) {
+  const Mesh& mesh = labels.mesh();
+  const Layout plain = labels.layout().without_partial();
+  const DTensor whole = without_partial(labels);
+  int64_t worst = -1, value = 0;  // the first bad label in global order, and its value
+  for (size_t i = 0; i < whole.shards().size(); ++i) {
+    const Tensor& shard = whole.shards()[i];
+    const int64_t device = mesh.local_device_ids()[i];
+    const std::vector<int64_t> offset = plain.shard_offset(labels.shape(), device);
+    for (int64_t e = 0; e < shard.num_elements(); ++e) {
+      const int64_t label =
+          shard.dtype() == DType::kI32 ? shard.data<int32_t>()[e] : shard.data<int64_t>()[e];
+      if (label >= 0 && label < classes) continue;
+      int64_t flat = 0, rest = e;  // the global flat position of local element e
+      std::vector<int64_t> local(shard.shape().size());
+      for (size_t d = local.size(); d-- > 0;) {
+        local[d] = rest % shard.shape()[d];
+        rest /= shard.shape()[d];
+      }
+      for (size_t d = 0; d < local.size(); ++d) {
+        flat = flat * labels.shape()[d] + offset[d] + local[d];
+      }
+      if (worst < 0 || flat < worst) {
+        worst = flat;
+        value = label;
+      }
+    }
+  }
+  if (worst < 0) return;
+  std::vector<int64_t> position(labels.shape().size());
+  for (size_t d = position.size(); d-- > 0;) {
+    position[d] = worst % labels.shape()[d];
+    worst /= labels.shape()[d];
+  }
+  throw_error<InvalidArgumentError>("sparse_softmax_cross_entropy",
+                                    "label {} at position {} is outside [0, {})", value,
+                                    shape_to_string(position), classes);
 }
 
 }  // namespace
@@ -405,9 +555,8 @@ std::pair<DTensor, DTensor> shifted_and_sum(const DTensor& x, int64_t axis) {
 DTensor fwd_softmax(const DTensor& x, int64_t axis) {
   axis = normalize_axis(axis, x.rank(), "softmax", x);
   if (!axis_sharded(x, axis)) return along_axis("softmax", x, axis, false, false, softmax_kernel);
-  DTensor shifted = sub(x, reduce_max(x, {axis}, true));
-  DTensor e = exp(shifted);
-  return div(e, reduce_sum(e, {axis}, true));
+  SoftmaxPieces p = softmax_pieces(x, axis);
+  return div(p.exps, p.sum);
 }
 
 DTensor fwd_log_softmax(const DTensor& x, int64_t axis) {
@@ -415,8 +564,8 @@ DTensor fwd_log_softmax(const DTensor& x, int64_t axis) {
   if (!axis_sharded(x, axis)) {
     return along_axis("log_softmax", x, axis, false, false, log_softmax_kernel);
   }
-  auto [shifted, sum] = shifted_and_sum(x, axis);
-  return sub(shifted, log(sum));
+  SoftmaxPieces p = softmax_pieces(x, axis);
+  return sub(p.shifted, log(p.sum));
 }
 
 DTensor fwd_logsumexp(const DTensor& x, int64_t axis, bool keepdims) {
@@ -424,9 +573,8 @@ DTensor fwd_logsumexp(const DTensor& x, int64_t axis, bool keepdims) {
   if (!axis_sharded(x, axis)) {
     return along_axis("logsumexp", x, axis, keepdims, true, logsumexp_kernel);
   }
-  DTensor max = reduce_max(x, {axis}, true);
-  max = relayout(max, max.layout().without_partial());  // reduced once, used twice
-  DTensor lse = add(max, log(reduce_sum(exp(sub(x, max)), {axis}, true)));
+  SoftmaxPieces p = softmax_pieces(x, axis);
+  DTensor lse = add(p.shift, log(p.sum));
   return keepdims ? lse : reshape(lse, reduced_shape(x.shape(), {axis}, false));
 }
 
@@ -443,11 +591,16 @@ DTensor fwd_sparse_softmax_cross_entropy(const DTensor& logits, const DTensor& l
                             labels.short_string());
   }
   const int64_t axis = logits.rank() - 1;
+  check_labels_in_range(labels, logits.shape()[axis]);
   if (axis_sharded(logits, axis)) {
-    // Class dim sharded: logsumexp minus the picked logit, each from sharded pieces.
-    DTensor picked = reduce_sum(mul(one_hot(labels, logits.shape()[axis], logits.dtype()), logits),
-                                {axis}, false);
-    return sub(logsumexp(logits, axis, false), picked);
+    // Class dim sharded: log(sum) - (x[label] - shift), the kernel's form. The label logit is
+    // taken relative to the shift (exact for large logits, where lse - x[label] would cancel),
+    // and selected rather than multiplied by a one-hot (0 * -inf would be NaN).
+    SoftmaxPieces p = softmax_pieces(logits, axis);
+    DTensor mask = one_hot(labels, logits.shape()[axis], DType::kBool);
+    DTensor zero = fill({}, Layout::replicated(logits.mesh(), 0), 0.0, logits.dtype());
+    DTensor picked = reduce_sum(where(mask, p.shifted, zero), {axis}, false);
+    return sub(log(reshape(p.sum, labels.shape())), picked);
   }
   std::vector<int> label_letters = iota_letters(logits.rank() - 1);
   OpSignature sig{"sparse_softmax_cross_entropy",

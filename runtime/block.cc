@@ -42,9 +42,9 @@ T combine(T a, T b, ReduceOp op) {
     case ReduceOp::kSum:
       return add(a, b);
     case ReduceOp::kMax:
-      return std::max(a, b);
+      return max_propagating_nan(a, b);
     case ReduceOp::kMin:
-      return std::min(a, b);
+      return min_propagating_nan(a, b);
   }
   return a;
 }
@@ -56,10 +56,10 @@ void reduce_typed(T* dst, const T* src, ReduceOp op, int64_t n) {
       for (int64_t i = 0; i < n; ++i) dst[i] = add(dst[i], src[i]);
       break;
     case ReduceOp::kMax:
-      for (int64_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]);
+      for (int64_t i = 0; i < n; ++i) dst[i] = max_propagating_nan(dst[i], src[i]);
       break;
     case ReduceOp::kMin:
-      for (int64_t i = 0; i < n; ++i) dst[i] = std::min(dst[i], src[i]);
+      for (int64_t i = 0; i < n; ++i) dst[i] = min_propagating_nan(dst[i], src[i]);
       break;
   }
 }

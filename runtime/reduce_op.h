@@ -21,4 +21,17 @@ constexpr std::string_view reduce_op_name(ReduceOp op) {
   return "?";
 }
 
+// The max and min that partial values, collectives and reduce kernels combine with: a NaN operand
+// wins whichever side it is on (numpy, TF and JAX semantics), so a NaN survives a reduction
+// whichever device holds it and in any order. std::max/std::min keep the first operand when the
+// second is NaN. For integers these are the plain max and min.
+template <typename T>
+constexpr T max_propagating_nan(T a, T b) {
+  return (a > b || a != a) ? a : b;  // a != a: a is NaN
+}
+template <typename T>
+constexpr T min_propagating_nan(T a, T b) {
+  return (a < b || a != a) ? a : b;
+}
+
 }  // namespace dtensor

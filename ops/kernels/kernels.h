@@ -154,11 +154,22 @@ Tensor argmin(const Tensor& x, int64_t axis, bool keepdims);
 
 // ---- Neural-network ops (f32, f64, bf16 through f32) -----------------------------------------
 
-// exp(x - max) / sum(exp(x - max)) along `axis`.
+// exp(x - shift) / sum(exp(x - shift)) along `axis`, shift = softmax_shift(max(x)); log_softmax
+// is (x - shift) - log(sum(exp(x - shift))). Non-finite values, per row along `axis`:
+//   - a NaN makes every output of the row NaN;
+//   - else a +inf: logsumexp +inf; softmax NaN at the +inf elements (inf / inf) and 0 elsewhere;
+//     log_softmax NaN at the +inf elements and -inf elsewhere;
+//   - else all -inf: logsumexp -inf; softmax and log_softmax NaN (0 / 0);
+//   - else -inf elements: softmax 0, log_softmax -inf there.
+// The sharded expansions (ops.cc) compute the same pieces from a global max and sum, so every
+// layout gives these results.
 Tensor softmax(const Tensor& x, int64_t axis);
 Tensor log_softmax(const Tensor& x, int64_t axis);
 // log(sum(exp(x))) along axis, stable; -inf for an empty axis.
 Tensor logsumexp(const Tensor& x, int64_t axis, bool keepdims);
+// The shift the softmax family subtracts, elementwise from the max of a row: the max when finite,
+// the largest finite value when it is +inf (no finite exp overflows), 0 when it is -inf or NaN.
+Tensor softmax_shift(const Tensor& max);
 
 // Per-example loss -log_softmax(logits)[label] for logits [..., C] and i32/i64 labels [...].
 // Labels outside [0, C) throw InvalidArgumentError naming the label and its position.

@@ -1119,6 +1119,35 @@ TEST_CASE("softmax, log_softmax and logsumexp match the reference") {
                        Catch::Message("[log_softmax] axis -2 is out of range for f32[2]"));
 }
 
+TEST_CASE("softmax family defines +inf, -inf and NaN rows and keeps large-logit precision") {
+  // Regressions: a finite element that overflowed exp() beside a +inf (shift 0) gave inf * 0 =
+  // NaN instead of 0; log_softmax computed x - (max + log(sum)) in f32, which rounds to the ulp
+  // of x (0.0625 at 1e6).
+  Tensor x = make({4, 3}, DType::kF32,
+                  {kInf, 100, 1,         // +inf beside a large finite value
+                   -kInf, -kInf, -kInf,  // all -inf
+                   1, kNaN, 2,           // NaN
+                   1e6, 1e6 + 1, 1e6 + 2});
+  Tensor sm = softmax(x, 1), ls = log_softmax(x, 1), lse = logsumexp(x, 1, false);
+  const float* s = sm.data<float>();
+  const float* l = ls.data<float>();
+  CHECK(std::isnan(s[0]));
+  CHECK(s[1] == 0.0f);
+  CHECK(s[2] == 0.0f);
+  CHECK(std::isnan(l[0]));
+  CHECK(l[1] == -std::numeric_limits<float>::infinity());
+  for (int i = 3; i < 9; ++i) CHECK((std::isnan(s[i]) && std::isnan(l[i])));
+  CHECK(lse.data<float>()[0] == std::numeric_limits<float>::infinity());
+  CHECK(lse.data<float>()[1] == -std::numeric_limits<float>::infinity());
+  CHECK(std::isnan(lse.data<float>()[2]));
+  const double l3 = std::log(1 + std::exp(1.0) + std::exp(2.0));
+  CHECK(l[9] == Approx(-l3).epsilon(1e-6));
+  CHECK(l[10] == Approx(1 - l3).epsilon(1e-6));
+  CHECK(l[11] == Approx(2 - l3).epsilon(1e-6));
+  check_values(softmax_shift(make({4}, DType::kF32, {kInf, -kInf, kNaN, -3})), {4}, DType::kF32,
+               {std::numeric_limits<float>::max(), 0, 0, -3}, 0);
+}
+
 TEST_CASE("sparse softmax cross-entropy and its gradient") {
   std::mt19937 rng(16);
   for (DType dtype : kFloatTypes) {

@@ -13,8 +13,18 @@ namespace {
 using internal::AxisView;
 using internal::describe;
 
-// Per (outer, inner) position along the axis of `v`: shift = max (0 when it is not finite, so that
-// rows of -inf give -inf and not NaN) and sum = sum(exp(x - shift)) in f64. When `exps` is not
+// The shift subtracted before exponentiating, from the max m of a row (the rule softmax_shift
+// states): m when finite, so every exp is <= 1; the largest finite value when m is +inf, so finite
+// elements keep exp <= 1 (none overflows to inf and then gives inf * 0 = NaN) while +inf ones
+// stay +inf; 0 when m is -inf (every exp is 0) or NaN (the NaN element carries it through).
+template <typename T>
+T shift_for_max(T m) {
+  if (std::isfinite(m)) return m;
+  return m > 0 ? std::numeric_limits<T>::max() : T{0};
+}
+
+// Per (outer, inner) position along the axis of `v`: shift (from the max, see shift_for_max) and
+// sum = sum(exp(x - shift)) in f64. When `exps` is not
 // null it receives exp(x - shift) for every element. Rows of I elements are processed together,
 // so every loop runs along contiguous memory.
 template <typename T>
@@ -32,7 +42,7 @@ void exp_stats(const T* x, const AxisView& v, std::vector<T>& shift, std::vector
       const T* __restrict row = block + r * I;
       for (int64_t i = 0; i < I; ++i) m[i] = internal::max_nan(m[i], row[i]);
     }
-    for (int64_t i = 0; i < I; ++i) m[i] = std::isfinite(m[i]) ? m[i] : T{0};
+    for (int64_t i = 0; i < I; ++i) m[i] = shift_for_max(m[i]);
     for (int64_t r = 0; r < R; ++r) {
       const T* __restrict row = block + r * I;
       T* __restrict e = exps ? exps + (o * R + r) * I : scratch.data();
@@ -54,7 +64,7 @@ void exp_stats_rows(const T* x, int64_t rows, int64_t n, std::vector<T>& shift,
     T m = internal::reduce_lanes(
         row, n, -std::numeric_limits<T>::infinity(),
         [](T a, T b) { return internal::max_nan(a, b); }, [](T v) { return v; });
-    m = std::isfinite(m) ? m : T{0};
+    m = shift_for_max(m);
     T* __restrict e = exps ? exps + o * n : scratch.data();
     for (int64_t r = 0; r < n; ++r) e[r] = internal::exp_t(row[r] - m);
     shift[static_cast<size_t>(o)] = m;
@@ -75,15 +85,17 @@ void stats(const T* x, const AxisView& v, std::vector<T>& shift, std::vector<dou
 enum class Kind { kSoftmax, kLogSoftmax };
 
 // One contiguous run of the output: softmax scales the exps already in `out` by f (1/sum),
-// log_softmax writes in - f (the lse). S is 1 when every element has its own factor, 0 when the
-// run shares one.
+// log_softmax writes (in - shift) - f (f = log(sum)): subtracting the shift first keeps the
+// precision of the result where x and the shift are large and close (x = 1e6 has an ulp of
+// 0.0625; x - (shift + log(sum)) would round to it). S is 1 when every element has its own
+// factor, 0 when the run shares one.
 template <int64_t S, typename T>
-void finish_run(Kind kind, const T* __restrict in, T* __restrict out, const T* __restrict f,
-                int64_t n) {
+void finish_run(Kind kind, const T* __restrict in, T* __restrict out, const T* __restrict shift,
+                const T* __restrict f, int64_t n) {
   if (kind == Kind::kSoftmax) {
     for (int64_t j = 0; j < n; ++j) out[j] *= f[j * S];
   } else {
-    for (int64_t j = 0; j < n; ++j) out[j] = in[j] - f[j * S];
+    for (int64_t j = 0; j < n; ++j) out[j] = (in[j] - shift[j * S]) - f[j * S];
   }
 }
 
@@ -96,19 +108,19 @@ void softmax_typed(Kind kind, const Tensor& x, Tensor& y, const AxisView& v) {
   stats<T>(px, v, shift, sum, kind == Kind::kSoftmax ? py : nullptr);
   std::vector<T> factor(shift.size());  // per (outer, inner) position
   for (size_t i = 0; i < factor.size(); ++i) {
-    factor[i] = kind == Kind::kSoftmax
-                    ? static_cast<T>(1.0 / sum[i])
-                    : static_cast<T>(static_cast<double>(shift[i]) + std::log(sum[i]));
+    factor[i] =
+        kind == Kind::kSoftmax ? static_cast<T>(1.0 / sum[i]) : static_cast<T>(std::log(sum[i]));
   }
   const int64_t I = v.inner;
   for (int64_t o = 0; o < v.outer; ++o) {
     const int64_t base = o * v.n * I;
     if (I == 1) {  // the whole row shares one factor
-      finish_run<0>(kind, px + base, py + base, factor.data() + o, v.n);
+      finish_run<0>(kind, px + base, py + base, shift.data() + o, factor.data() + o, v.n);
       continue;
     }
     for (int64_t r = 0; r < v.n; ++r) {
-      finish_run<1>(kind, px + base + r * I, py + base + r * I, factor.data() + o * I, I);
+      finish_run<1>(kind, px + base + r * I, py + base + r * I, shift.data() + o * I,
+                    factor.data() + o * I, I);
     }
   }
 }
@@ -187,6 +199,21 @@ Tensor logsumexp(const Tensor& x, int64_t axis, bool keepdims) {
   return out;
 }
 
+Tensor softmax_shift(const Tensor& max) {
+  if (!is_floating(max.dtype())) internal::throw_unsupported("softmax_shift", max);
+  if (max.dtype() == DType::kBF16) {
+    return internal::f32_to_bf16(softmax_shift(internal::bf16_to_f32(max)));
+  }
+  Tensor out = Tensor::empty(max.shape(), max.dtype(), max.device());
+  internal::visit_float(max.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* pm = max.data<T>();
+    T* po = out.data<T>();
+    for (int64_t i = 0; i < max.num_elements(); ++i) po[i] = shift_for_max(pm[i]);
+  });
+  return out;
+}
+
 Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& labels) {
   const char* op = "sparse_softmax_cross_entropy";
   check_cross_entropy(op, logits, labels);
@@ -204,9 +231,10 @@ Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& labels) 
     exp_stats_rows<T>(x, labels.num_elements(), classes, shift, sum, nullptr);
     T* out = loss.data<T>();
     for (int64_t i = 0; i < labels.num_elements(); ++i) {
-      const double lse = static_cast<double>(shift[static_cast<size_t>(i)]) +
-                         std::log(sum[static_cast<size_t>(i)]);
-      out[i] = static_cast<T>(lse - static_cast<double>(x[i * classes + label_at(labels, i)]));
+      // log(sum) - (x[label] - shift): both terms >= 0, no cancellation.
+      const double picked = static_cast<double>(x[i * classes + label_at(labels, i)]) -
+                            static_cast<double>(shift[static_cast<size_t>(i)]);
+      out[i] = static_cast<T>(std::log(sum[static_cast<size_t>(i)]) - picked);
     }
   });
   return loss;

@@ -99,9 +99,22 @@ void reduce_bf16(void* in, void* inout, int* length, MPI_Datatype*) {
     const float x = static_cast<float>(a[i]);
     const float y = static_cast<float>(b[i]);
     float r = x + y;
-    if constexpr (kOp == ReduceOp::kMax) r = std::max(x, y);
-    if constexpr (kOp == ReduceOp::kMin) r = std::min(x, y);
+    if constexpr (kOp == ReduceOp::kMax) r = max_propagating_nan(x, y);
+    if constexpr (kOp == ReduceOp::kMin) r = min_propagating_nan(x, y);
     b[i] = BFloat16(r);
+  }
+}
+
+// Max and min of floats for MPI: MPI_MAX and MPI_MIN leave NaN to the implementation (Open MPI
+// keeps whichever operand its comparison happens to favour), so a NaN on another process could
+// vanish. These propagate it, as the local reduction does.
+template <typename T, ReduceOp kOp>
+void reduce_float_extremum(void* in, void* inout, int* length, MPI_Datatype*) {
+  const T* a = static_cast<const T*>(in);
+  T* b = static_cast<T*>(inout);
+  for (int i = 0; i < *length; ++i) {
+    b[i] =
+        kOp == ReduceOp::kMax ? max_propagating_nan(a[i], b[i]) : min_propagating_nan(a[i], b[i]);
   }
 }
 
@@ -145,6 +158,9 @@ class MpiBackend final : public CollectiveBackend {
     if (finalized) return;
     for (auto& [processes, comm] : comms_) MPI_Comm_free(&comm);
     for (MPI_Op& op : bf16_ops_) {
+      if (op != MPI_OP_NULL) MPI_Op_free(&op);
+    }
+    for (MPI_Op& op : float_ops_) {
       if (op != MPI_OP_NULL) MPI_Op_free(&op);
     }
   }
@@ -527,6 +543,18 @@ class MpiBackend final : public CollectiveBackend {
       }
       return slot;
     }
+    if ((dtype == DType::kF32 || dtype == DType::kF64) && op != ReduceOp::kSum) {
+      const bool f64 = dtype == DType::kF64, max = op == ReduceOp::kMax;
+      MPI_Op& slot = float_ops_[(f64 ? 2 : 0) + (max ? 0 : 1)];
+      if (slot == MPI_OP_NULL) {
+        MPI_User_function* fn = f64 ? (max ? &reduce_float_extremum<double, ReduceOp::kMax>
+                                           : &reduce_float_extremum<double, ReduceOp::kMin>)
+                                    : (max ? &reduce_float_extremum<float, ReduceOp::kMax>
+                                           : &reduce_float_extremum<float, ReduceOp::kMin>);
+        check_mpi(MPI_Op_create(fn, /*commute=*/1, &slot), "all_reduce", "MPI_Op_create");
+      }
+      return slot;
+    }
     switch (op) {
       case ReduceOp::kSum:
         return MPI_SUM;
@@ -542,6 +570,8 @@ class MpiBackend final : public CollectiveBackend {
   std::mutex mu_;
   std::map<std::vector<int>, MPI_Comm> comms_;
   MPI_Op bf16_ops_[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+  // NaN-propagating max and min: f32 max, f32 min, f64 max, f64 min.
+  MPI_Op float_ops_[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
 };
 
 }  // namespace
