@@ -1,5 +1,7 @@
 #include "dtensor/creation.h"
 
+#include <cmath>
+#include <limits>
 #include <map>
 
 #include "dtensor/relayout.h"
@@ -34,6 +36,23 @@ DTensor build(const char* function, const Shape& shape, const Layout& layout, DT
   return layout.is_partial() ? relayout(value, layout) : value;
 }
 
+// True if `value` converts to T without undefined behaviour or a silently different value:
+// integers must be whole and in range, bool 0 or 1, floats finite values within T's range (or
+// infinite, or NaN, which every float type holds).
+template <typename T>
+bool fits_dtype(double value) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return value == 0.0 || value == 1.0;
+  } else if constexpr (std::is_integral_v<T>) {
+    // [min, max] as doubles: -2^(b-1) is exact, 2^(b-1) is the first value past max.
+    const double lo = static_cast<double>(std::numeric_limits<T>::min());
+    return std::isfinite(value) && std::trunc(value) == value && value >= lo && value < -lo;
+  } else {
+    using F = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    return !std::isfinite(value) || std::fabs(value) <= std::numeric_limits<F>::max();
+  }
+}
+
 void fill_value(Tensor& box, double value) {
   visit_dtype(box.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -48,6 +67,22 @@ void fill_value(Tensor& box, double value) {
   });
 }
 
+void check_fill_value(const char* function, double value, DType dtype) {
+  const bool fits =
+      visit_dtype(dtype, [&](auto zero) { return fits_dtype<decltype(zero)>(value); });
+  if (!fits) {
+    throw_error<InvalidArgumentError>(function, "value {} does not fit dtype {}", value,
+                                      dtype_name(dtype));
+  }
+}
+
+DTensor fill_named(const char* function, const Shape& shape, const Layout& layout, double value,
+                   DType dtype) {
+  check_fill_value(function, value, dtype);
+  return build(function, shape, layout, dtype,
+               [&](Tensor& box, const std::vector<int64_t>&) { fill_value(box, value); });
+}
+
 DTensor random(const char* function, const Shape& shape, const Layout& layout, DType dtype,
                const RandomSpec& spec) {
   return build(function, shape, layout, dtype,
@@ -59,16 +94,15 @@ DTensor random(const char* function, const Shape& shape, const Layout& layout, D
 }  // namespace
 
 DTensor zeros(const Shape& shape, const Layout& layout, DType dtype) {
-  return fill(shape, layout, 0.0, dtype);
+  return fill_named("fill", shape, layout, 0.0, dtype);
 }
 
 DTensor ones(const Shape& shape, const Layout& layout, DType dtype) {
-  return fill(shape, layout, 1.0, dtype);
+  return fill_named("fill", shape, layout, 1.0, dtype);
 }
 
 DTensor fill(const Shape& shape, const Layout& layout, double value, DType dtype) {
-  return build("fill", shape, layout, dtype,
-               [&](Tensor& box, const std::vector<int64_t>&) { fill_value(box, value); });
+  return fill_named("fill", shape, layout, value, dtype);
 }
 
 DTensor random_uniform(const Shape& shape, const Layout& layout, uint64_t seed, double minval,

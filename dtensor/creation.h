@@ -16,6 +16,11 @@
 
 namespace dtensor {
 
+// Errors (named "[fill]" for zeros, ones and fill): ShapeError for a negative dim or more than
+// kMaxElements elements (runtime/shape.h), LayoutError if the layout's rank differs from the
+// shape's, InvalidArgumentError for a `value` that does not fit `dtype` (integers: whole and in
+// range; bool: 0 or 1; floats: within range, infinities and NaN allowed) or a shard that cannot be
+// allocated.
 DTensor zeros(const Shape& shape, const Layout& layout, DType dtype = DType::kF32);
 DTensor ones(const Shape& shape, const Layout& layout, DType dtype = DType::kF32);
 DTensor fill(const Shape& shape, const Layout& layout, double value, DType dtype = DType::kF32);

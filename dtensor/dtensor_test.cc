@@ -2,6 +2,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <cstdint>
+
 #include "dtensor/creation.h"
 #include "dtensor/relayout.h"
 #include "dtensor/variable.h"
@@ -207,4 +210,59 @@ TEST_CASE("virtual CPUs size the meshes this process can create") {
                                "virtual CPUs; call configure_virtual_cpus(4) first"));
   CHECK_THROWS_MATCHES(configure_virtual_cpus(0), InvalidArgumentError,
                        Message("[configure_virtual_cpus] need n >= 1, got 0"));
+}
+
+TEST_CASE("regression: creating a tensor whose element count overflows is a ShapeError") {
+  const int64_t big = int64_t{1} << 40;
+  // Used to give 0-byte shards for a [2^40,2^40] tensor.
+  Layout rows = Layout::batch_sharded(line8(), "batch", 2, 0);
+  CHECK_THROWS_MATCHES(zeros({big, big}, rows), ShapeError,
+                       Message("[fill] shape [1099511627776,1099511627776] has too many elements "
+                               "(at most 1125899906842624 are supported)"));
+  CHECK_THROWS_MATCHES(random_uniform({big, big}, rows, 1), ShapeError,
+                       Message("[random_uniform] shape [1099511627776,1099511627776] has too "
+                               "many elements (at most 1125899906842624 are supported)"));
+}
+
+// Lets the allocation-failure test see a failed allocation under AddressSanitizer too (ASan
+// aborts on an allocation it cannot serve unless told to return null).
+#if defined(__SANITIZE_ADDRESS__)
+extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1"; }
+#endif
+
+TEST_CASE("regression: random_uniform of a huge shape is a dtensor error, not std::bad_alloc") {
+  Layout rep = Layout::replicated(line8(), 1);
+  // 4 TiB per shard: above the per-buffer limit.
+  CHECK_THROWS_MATCHES(random_uniform({int64_t{1} << 40}, rep, 1), InvalidArgumentError,
+                       Message("[Tensor::empty] a buffer of shape [1099511627776] with 4-byte "
+                               "elements needs 4398046511104 bytes; at most 1099511627776 are "
+                               "supported"));
+  // Sharded 8 ways: 512 GiB per shard, within the limit but beyond any test machine's memory.
+  Layout rows = Layout::batch_sharded(line8(), "batch", 1, 0);
+  CHECK_THROWS_MATCHES(random_normal({int64_t{1} << 40}, rows, 1), InvalidArgumentError,
+                       Message("[Tensor::empty] cannot allocate 549755813888 bytes for "
+                               "f32[137438953472]"));
+}
+
+TEST_CASE("regression: fill checks that the value fits the dtype") {
+  Layout rep = Layout::replicated(line8(), 1);
+  // static_cast<int32_t>(1e300) is undefined behaviour.
+  CHECK_THROWS_MATCHES(fill({2}, rep, 1e300, DType::kI32), InvalidArgumentError,
+                       Message("[fill] value 1e+300 does not fit dtype i32"));
+  CHECK_THROWS_MATCHES(fill({2}, rep, 2147483648.0, DType::kI32), InvalidArgumentError,
+                       Message("[fill] value 2147483648 does not fit dtype i32"));
+  CHECK_THROWS_MATCHES(fill({2}, rep, 2.5, DType::kI64), InvalidArgumentError,
+                       Message("[fill] value 2.5 does not fit dtype i64"));
+  CHECK_THROWS_MATCHES(fill({2}, rep, std::nan(""), DType::kI64), InvalidArgumentError,
+                       Message("[fill] value nan does not fit dtype i64"));
+  CHECK_THROWS_MATCHES(fill({2}, rep, 2.0, DType::kBool), InvalidArgumentError,
+                       Message("[fill] value 2 does not fit dtype bool"));
+  CHECK_THROWS_MATCHES(fill({2}, rep, 1e39, DType::kF32), InvalidArgumentError,
+                       Message("[fill] value 1e+39 does not fit dtype f32"));
+  CHECK_THROWS_MATCHES(fill({2}, rep, -1e300, DType::kBF16), InvalidArgumentError,
+                       Message("[fill] value -1e+300 does not fit dtype bf16"));
+  CHECK(to_global(fill({1}, rep, -2147483648.0, DType::kI32)).data<int32_t>()[0] == INT32_MIN);
+  CHECK(to_global(fill({1}, rep, 2147483647.0, DType::kI32)).data<int32_t>()[0] == INT32_MAX);
+  CHECK(std::isinf(to_global(fill({1}, rep, INFINITY, DType::kF32)).data<float>()[0]));
+  CHECK(to_global(fill({1}, rep, 1e300, DType::kF64)).data<double>()[0] == 1e300);
 }

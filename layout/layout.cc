@@ -120,7 +120,7 @@ Layout Layout::from_string(std::string_view text) {
   if (partial_pos != std::string_view::npos) {
     for (const std::string& entry : split_specs(head.substr(partial_pos + kPartialSep.size()))) {
       size_t open = entry.find('(');
-      if (open == std::string::npos || entry.back() != ')') {
+      if (open == std::string::npos || entry.back() != ')' || open + 2 > entry.size()) {
         throw_error<LayoutError>("Layout::from_string",
                                  "bad partial entry '{}' in '{}' (expected op(mesh_dim))", entry,
                                  text);
@@ -140,8 +140,20 @@ int64_t Layout::tensor_dim_of(int64_t mesh_dim) const {
   return -1;
 }
 
+void Layout::throw_dim_out_of_range(int64_t dim, const char* function) const {
+  throw_error<LayoutError>(function, "tensor dim {} is out of range for layout {} (rank {})", dim,
+                           short_string(), rank());
+}
+
+void Layout::check_device(int64_t device_id, const char* function) const {
+  if (device_id < 0 || device_id >= mesh_.num_devices()) {
+    throw_error<LayoutError>(function, "device id {} is out of range for mesh {} ({} devices)",
+                             device_id, mesh_.dims_string(), mesh_.num_devices());
+  }
+}
+
 int64_t Layout::num_shards(int64_t dim) const {
-  int64_t m = mesh_dim_of_[dim];
+  int64_t m = mesh_dim_of(dim);
   return m < 0 ? 1 : mesh_.dims()[m].size;
 }
 
@@ -162,28 +174,39 @@ void Layout::check_shape(const Shape& global_shape, const char* function) const 
                              shape_to_string(global_shape), global_shape.size(), short_string(),
                              rank());
   }
+  validate_shape(global_shape, function);
 }
 
 ShardRange Layout::shard_range(const Shape& global_shape, int64_t dim, int64_t device_id) const {
-  int64_t m = mesh_dim_of_[dim];
+  check_shape(global_shape, "Layout::shard_range");
+  check_dim(dim, "Layout::shard_range");
+  check_device(device_id, "Layout::shard_range");
+  return shard_range_unchecked(global_shape, dim, device_id);
+}
+
+ShardRange Layout::shard_range_unchecked(const Shape& global_shape, int64_t dim,
+                                         int64_t device_id) const {
+  int64_t m = mesh_dim_of_[static_cast<size_t>(dim)];
   if (m < 0) return {0, global_shape[dim]};
   return chunk_range(global_shape[dim], mesh_.dims()[m].size, mesh_.coord(device_id, m));
 }
 
 Shape Layout::shard_shape(const Shape& global_shape, int64_t device_id) const {
   check_shape(global_shape, "Layout::shard_shape");
+  check_device(device_id, "Layout::shard_shape");
   Shape shape(global_shape.size());
   for (size_t i = 0; i < shape.size(); ++i) {
-    shape[i] = shard_range(global_shape, static_cast<int64_t>(i), device_id).size;
+    shape[i] = shard_range_unchecked(global_shape, static_cast<int64_t>(i), device_id).size;
   }
   return shape;
 }
 
 std::vector<int64_t> Layout::shard_offset(const Shape& global_shape, int64_t device_id) const {
   check_shape(global_shape, "Layout::shard_offset");
+  check_device(device_id, "Layout::shard_offset");
   std::vector<int64_t> offset(global_shape.size());
   for (size_t i = 0; i < offset.size(); ++i) {
-    offset[i] = shard_range(global_shape, static_cast<int64_t>(i), device_id).offset;
+    offset[i] = shard_range_unchecked(global_shape, static_cast<int64_t>(i), device_id).offset;
   }
   return offset;
 }
@@ -206,8 +229,9 @@ Layout Layout::delete_dims(std::vector<int64_t> dims) const {
 }
 
 Layout Layout::with_spec(int64_t dim, std::string spec) const {
+  check_dim(dim, "Layout::with_spec");
   std::vector<std::string> specs = specs_;
-  specs.at(static_cast<size_t>(dim)) = std::move(spec);
+  specs[static_cast<size_t>(dim)] = std::move(spec);
   return Layout(std::move(specs), mesh_, partial_);
 }
 

@@ -53,10 +53,21 @@ class Layout {
   const Mesh& mesh() const { return mesh_; }
   int64_t rank() const { return static_cast<int64_t>(specs_.size()); }
   const std::vector<std::string>& sharding_specs() const { return specs_; }
-  const std::string& spec(int64_t dim) const { return specs_[dim]; }
+  // Queries taking a tensor dim throw LayoutError for a dim outside 0..rank()-1; those taking a
+  // device id throw LayoutError for an id outside the mesh.
+  const std::string& spec(int64_t dim) const {
+    check_dim(dim, "Layout::spec");
+    return specs_[static_cast<size_t>(dim)];
+  }
   // The mesh dim index tensor dim `dim` is sharded along, or -1 if unsharded.
-  int64_t mesh_dim_of(int64_t dim) const { return mesh_dim_of_[dim]; }
-  bool is_sharded(int64_t dim) const { return mesh_dim_of_[dim] >= 0; }
+  int64_t mesh_dim_of(int64_t dim) const {
+    check_dim(dim, "Layout::mesh_dim_of");
+    return mesh_dim_of_[static_cast<size_t>(dim)];
+  }
+  bool is_sharded(int64_t dim) const {
+    check_dim(dim, "Layout::is_sharded");
+    return mesh_dim_of_[static_cast<size_t>(dim)] >= 0;
+  }
   // The tensor dim sharded along mesh dim index `mesh_dim`, or -1.
   int64_t tensor_dim_of(int64_t mesh_dim) const;
   // Number of shards of tensor dim `dim` (1 if unsharded).
@@ -78,7 +89,8 @@ class Layout {
   ShardRange shard_range(const Shape& global_shape, int64_t dim, int64_t device_id) const;
   Shape shard_shape(const Shape& global_shape, int64_t device_id) const;
   std::vector<int64_t> shard_offset(const Shape& global_shape, int64_t device_id) const;
-  // Throws LayoutError naming `function` if `global_shape` does not have rank() dims.
+  // Throws LayoutError naming `function` if `global_shape` does not have rank() dims, and
+  // ShapeError if it has a negative dim or too many elements (runtime/shape.h).
   void check_shape(const Shape& global_shape, const char* function) const;
 
   // Derived layouts.
@@ -96,6 +108,13 @@ class Layout {
   friend bool operator!=(const Layout& a, const Layout& b) { return !(a == b); }
 
  private:
+  void check_dim(int64_t dim, const char* function) const {
+    if (dim < 0 || dim >= rank()) throw_dim_out_of_range(dim, function);
+  }
+  [[noreturn]] void throw_dim_out_of_range(int64_t dim, const char* function) const;
+  void check_device(int64_t device_id, const char* function) const;
+  ShardRange shard_range_unchecked(const Shape& global_shape, int64_t dim, int64_t device_id) const;
+
   Mesh mesh_;
   std::vector<std::string> specs_;
   std::vector<int64_t> mesh_dim_of_;

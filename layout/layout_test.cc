@@ -177,3 +177,60 @@ TEST_CASE("layout string validation") {
               "partial:x, mesh:" +
               mesh + "' (expected op(mesh_dim))"));
 }
+
+TEST_CASE("regression: layout queries check their arguments") {
+  using Catch::Message;
+  Mesh mesh = Mesh::create({{"x", 2}, {"y", 4}}, DeviceType::kCPU);
+  Layout layout({"x", "unsharded"}, mesh);
+  // with_spec used to throw std::out_of_range; spec/mesh_dim_of/shard_range read out of bounds.
+  CHECK_THROWS_MATCHES(layout.with_spec(2, "y"), LayoutError,
+                       Message("[Layout::with_spec] tensor dim 2 is out of range for layout "
+                               "[x,unsharded] (rank 2)"));
+  CHECK_THROWS_MATCHES(layout.with_spec(-1, "y"), LayoutError,
+                       Message("[Layout::with_spec] tensor dim -1 is out of range for layout "
+                               "[x,unsharded] (rank 2)"));
+  CHECK_THROWS_MATCHES(layout.spec(2), LayoutError,
+                       Message("[Layout::spec] tensor dim 2 is out of range for layout "
+                               "[x,unsharded] (rank 2)"));
+  CHECK_THROWS_MATCHES(layout.mesh_dim_of(5), LayoutError,
+                       Message("[Layout::mesh_dim_of] tensor dim 5 is out of range for layout "
+                               "[x,unsharded] (rank 2)"));
+  CHECK_THROWS_MATCHES(layout.is_sharded(-3), LayoutError,
+                       Message("[Layout::is_sharded] tensor dim -3 is out of range for layout "
+                               "[x,unsharded] (rank 2)"));
+  CHECK_THROWS_MATCHES(layout.num_shards(2), LayoutError,
+                       Message("[Layout::mesh_dim_of] tensor dim 2 is out of range for layout "
+                               "[x,unsharded] (rank 2)"));
+  CHECK_THROWS_MATCHES(layout.shard_range({4, 4}, 2, 0), LayoutError,
+                       Message("[Layout::shard_range] tensor dim 2 is out of range for layout "
+                               "[x,unsharded] (rank 2)"));
+  CHECK_THROWS_MATCHES(layout.shard_range({4}, 0, 0), LayoutError,
+                       Message("[Layout::shard_range] shape [4] has rank 1 but layout "
+                               "[x,unsharded] has rank 2"));
+  CHECK_THROWS_MATCHES(layout.shard_shape({4, 4}, 8), LayoutError,
+                       Message("[Layout::shard_shape] device id 8 is out of range for mesh "
+                               "x=2,y=4 (8 devices)"));
+  CHECK_THROWS_MATCHES(layout.shard_offset({4, 4}, -1), LayoutError,
+                       Message("[Layout::shard_offset] device id -1 is out of range for mesh "
+                               "x=2,y=4 (8 devices)"));
+  CHECK_THROWS_MATCHES(layout.shard_shape({-4, 4}, 0), ShapeError,
+                       Message("[Layout::shard_shape] negative dim in shape [-4,4]"));
+  CHECK(layout.shard_shape({5, 3}, 4) == Shape{2, 3});
+  CHECK(layout.shard_range({5, 3}, 0, 7).offset == 3);
+}
+
+TEST_CASE("regression: malformed layout strings are a LayoutError or MeshError") {
+  using Catch::Message;
+  std::string mesh = Mesh::create({{"x", 2}}, DeviceType::kCPU).to_string();
+  for (const char* head :
+       {"sharding_specs:x, partial:sum(x),, mesh:", "sharding_specs:, partial:(), mesh:",
+        "sharding_specs:x, partial:sum(, mesh:", "sharding_specs:x, partial:), mesh:",
+        "sharding_specs:x,,x, mesh:", "sharding_specs:x, partial:sum(y)), mesh:"}) {
+    CHECK_THROWS_AS(Layout::from_string(std::string(head) + mesh), LayoutError);
+  }
+  CHECK_THROWS_MATCHES(Layout::from_string("sharding_specs:x, mesh:|=333,=33333333333333333|||"),
+                       MeshError, Message("[Mesh::from_string] mesh dim name is empty"));
+  CHECK_THROWS_AS(Layout::from_string("sharding_specs:x, mesh:"), MeshError);
+  CHECK_THROWS_AS(Layout::from_string("sharding_specs:"), LayoutError);
+  CHECK_THROWS_AS(Layout::from_string(""), LayoutError);
+}

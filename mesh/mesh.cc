@@ -76,6 +76,39 @@ void validate_dim_name(const std::string& name, const char* function) {
   }
 }
 
+std::string dims_to_string(const std::vector<MeshDim>& dims) {
+  std::string s;
+  for (const MeshDim& d : dims) s += fmt::format("{}{}={}", s.empty() ? "" : ",", d.name, d.size);
+  return s;
+}
+
+// Validates `dims` (count, names, sizes) and returns the device count, multiplied with overflow
+// checks: sizes whose product wraps around must not pass for a small mesh.
+int64_t validated_device_count(const std::vector<MeshDim>& dims, const char* function) {
+  if (dims.size() > static_cast<size_t>(Mesh::kMaxDims)) {
+    throw_error<MeshError>(function, "mesh has {} dims; at most {} are supported", dims.size(),
+                           Mesh::kMaxDims);
+  }
+  int64_t n = 1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    validate_dim_name(dims[i].name, function);
+    if (dims[i].size < 1) {
+      throw_error<MeshError>(function, "mesh dim '{}' has size {}; sizes must be >= 1",
+                             dims[i].name, dims[i].size);
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (dims[j].name == dims[i].name) {
+        throw_error<MeshError>(function, "mesh dim name '{}' appears twice", dims[i].name);
+      }
+    }
+    if (__builtin_mul_overflow(n, dims[i].size, &n) || n > Mesh::kMaxDevices) {
+      throw_error<MeshError>(function, "mesh {} has more than {} devices", dims_to_string(dims),
+                             Mesh::kMaxDevices);
+    }
+  }
+  return n;
+}
+
 uint64_t fnv1a(std::string_view bytes) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : bytes) {
@@ -129,23 +162,7 @@ std::vector<MeshDim> parse_mesh_dims(std::string_view text) {
 Mesh Mesh::build(std::string name, std::vector<MeshDim> dims, DeviceType type,
                  std::vector<int64_t> local_ids, std::string global_devices, const char* function) {
   auto state = std::make_shared<State>();
-  if (dims.size() > static_cast<size_t>(kMaxDims)) {
-    throw_error<MeshError>(function, "mesh has {} dims; at most {} are supported", dims.size(),
-                           kMaxDims);
-  }
-  for (size_t i = 0; i < dims.size(); ++i) {
-    validate_dim_name(dims[i].name, function);
-    if (dims[i].size < 1) {
-      throw_error<MeshError>(function, "mesh dim '{}' has size {}; sizes must be >= 1",
-                             dims[i].name, dims[i].size);
-    }
-    for (size_t j = 0; j < i; ++j) {
-      if (dims[j].name == dims[i].name) {
-        throw_error<MeshError>(function, "mesh dim name '{}' appears twice", dims[i].name);
-      }
-    }
-    state->num_devices *= dims[i].size;
-  }
+  state->num_devices = validated_device_count(dims, function);
   for (char c : name) {
     if (c == '|' || c == ',') throw_error<MeshError>(function, "mesh name '{}' has '{}'", name, c);
   }
@@ -158,7 +175,8 @@ Mesh Mesh::build(std::string name, std::vector<MeshDim> dims, DeviceType type,
                            l, n);
   }
   for (int64_t i = 0; i < l; ++i) {
-    if (local_ids[i] != local_ids[0] + i || local_ids[0] % l != 0 || local_ids[i] >= n) {
+    if (local_ids[0] < 0 || local_ids[0] >= n || local_ids[i] != local_ids[0] + i ||
+        local_ids[0] % l != 0 || local_ids[i] >= n) {
       throw_error<MeshError>(function,
                              "local device ids [{}] are not a contiguous block [k*{}, (k+1)*{}) "
                              "of 0..{}",
@@ -188,8 +206,7 @@ Mesh Mesh::build(std::string name, std::vector<MeshDim> dims, DeviceType type,
 
 Mesh Mesh::create(std::vector<MeshDim> dims, DeviceType type, int64_t process_index,
                   int64_t num_processes, std::string name) {
-  int64_t n = 1;
-  for (const MeshDim& d : dims) n *= std::max<int64_t>(d.size, 1);
+  const int64_t n = validated_device_count(dims, "Mesh::create");
   if (num_processes < 1 || process_index < 0 || process_index >= num_processes ||
       n % num_processes != 0) {
     throw_error<MeshError>("Mesh::create",
@@ -215,8 +232,7 @@ Mesh Mesh::from_string(std::string_view text) {
   std::vector<int64_t> local_ids = parse_ids(parts[3], "local id", text);
   std::vector<std::string_view> devices =
       parts[4].empty() ? std::vector<std::string_view>{} : split(parts[4], ',');
-  int64_t n = 1;
-  for (const MeshDim& d : dims) n *= d.size;
+  const int64_t n = validated_device_count(dims, "Mesh::from_string");
   for (size_t i = 0; i < global_ids.size(); ++i) {
     if (global_ids[i] != static_cast<int64_t>(i) || static_cast<int64_t>(global_ids.size()) != n) {
       throw_error<MeshError>("Mesh::from_string",
@@ -272,6 +288,27 @@ int64_t Mesh::dim_size(std::string_view name) const {
   return state_->dims[i].size;
 }
 
+void Mesh::check_device_id(int64_t device_id, const char* function) const {
+  if (device_id < 0 || device_id >= state_->num_devices) {
+    throw_error<MeshError>(function, "device id {} is out of range for mesh {} ({} devices)",
+                           device_id, dims_string(), state_->num_devices);
+  }
+}
+
+void Mesh::check_dim(int64_t dim, const char* function) const {
+  if (dim < 0 || dim >= rank()) {
+    throw_error<MeshError>(function, "mesh dim index {} is out of range for mesh {} (rank {})", dim,
+                           dims_string(), rank());
+  }
+}
+
+void Mesh::check_mask(MeshDimMask mask, const char* function) const {
+  if (rank() < 32 && (mask >> rank()) != 0) {
+    throw_error<MeshError>(function, "dim mask {:#x} names dims beyond mesh {} (rank {})", mask,
+                           dims_string(), rank());
+  }
+}
+
 bool Mesh::is_local(int64_t device_id) const {
   const auto& ids = state_->local_ids;
   return device_id >= ids.front() && device_id <= ids.back();
@@ -285,9 +322,13 @@ int64_t Mesh::local_index(int64_t device_id) const {
   return device_id - state_->local_ids.front();
 }
 
-int64_t Mesh::owner_process(int64_t device_id) const { return device_id / num_local_devices(); }
+int64_t Mesh::owner_process(int64_t device_id) const {
+  check_device_id(device_id, "Mesh::owner_process");
+  return device_id / num_local_devices();
+}
 
 std::vector<int64_t> Mesh::coords(int64_t device_id) const {
+  check_device_id(device_id, "Mesh::coords");
   std::vector<int64_t> c(state_->dims.size());
   for (size_t i = 0; i < c.size(); ++i)
     c[i] = (device_id / state_->strides[i]) % state_->dims[i].size;
@@ -295,6 +336,8 @@ std::vector<int64_t> Mesh::coords(int64_t device_id) const {
 }
 
 int64_t Mesh::coord(int64_t device_id, int64_t dim) const {
+  check_device_id(device_id, "Mesh::coord");
+  check_dim(dim, "Mesh::coord");
   return (device_id / state_->strides[dim]) % state_->dims[dim].size;
 }
 
@@ -325,6 +368,7 @@ MeshDimMask Mesh::mask(const std::vector<std::string>& dim_names) const {
 }
 
 int64_t Mesh::group_size(MeshDimMask mask) const {
+  check_mask(mask, "Mesh::group_size");
   int64_t size = 1;
   for (size_t i = 0; i < state_->dims.size(); ++i) {
     if (mask & (MeshDimMask{1} << i)) size *= state_->dims[i].size;
@@ -333,6 +377,8 @@ int64_t Mesh::group_size(MeshDimMask mask) const {
 }
 
 std::vector<int64_t> Mesh::group(int64_t device_id, MeshDimMask mask) const {
+  check_device_id(device_id, "Mesh::group");
+  check_mask(mask, "Mesh::group");
   // Zero the coordinates along `mask`, then enumerate them row-major.
   int64_t base = device_id;
   std::vector<size_t> free_dims;
@@ -355,6 +401,7 @@ std::vector<int64_t> Mesh::group(int64_t device_id, MeshDimMask mask) const {
 }
 
 std::vector<std::vector<int64_t>> Mesh::groups(MeshDimMask mask) const {
+  check_mask(mask, "Mesh::groups");
   std::vector<std::vector<int64_t>> result;
   std::vector<bool> seen(static_cast<size_t>(num_devices()), false);
   for (int64_t id = 0; id < num_devices(); ++id) {
@@ -366,6 +413,8 @@ std::vector<std::vector<int64_t>> Mesh::groups(MeshDimMask mask) const {
 }
 
 int64_t Mesh::index_in_group(int64_t device_id, MeshDimMask mask) const {
+  check_device_id(device_id, "Mesh::index_in_group");
+  check_mask(mask, "Mesh::index_in_group");
   int64_t index = 0;
   for (size_t i = 0; i < state_->dims.size(); ++i) {
     if (mask & (MeshDimMask{1} << i)) {
@@ -375,14 +424,7 @@ int64_t Mesh::index_in_group(int64_t device_id, MeshDimMask mask) const {
   return index;
 }
 
-std::string Mesh::dims_string() const {
-  std::string s;
-  for (const MeshDim& d : state_->dims) {
-    if (!s.empty()) s += ',';
-    s += fmt::format("{}={}", d.name, d.size);
-  }
-  return s;
-}
+std::string Mesh::dims_string() const { return dims_to_string(state_->dims); }
 
 std::string Mesh::to_string() const {
   std::vector<int64_t> global(static_cast<size_t>(num_devices()));

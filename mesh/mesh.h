@@ -36,10 +36,13 @@ using MeshDimMask = uint32_t;
 class Mesh {
  public:
   static constexpr int kMaxDims = 16;
+  // Device counts above this are rejected: the mesh lists every id in its text form.
+  static constexpr int64_t kMaxDevices = int64_t{1} << 20;
 
   // A mesh over `dims`; process `process_index` of `num_processes` owns its contiguous block of
-  // device ids. Throws MeshError for invalid dims or a device count not divisible by the
-  // process count.
+  // device ids. Throws MeshError for invalid dims (more than kMaxDims, a name that is empty,
+  // reserved or has characters other than letters, digits and _-., a repeated name, a size < 1,
+  // more than kMaxDevices devices) or a device count not divisible by the process count.
   static Mesh create(std::vector<MeshDim> dims, DeviceType type, int64_t process_index = 0,
                      int64_t num_processes = 1, std::string name = "");
   // Parses the textual form; throws MeshError with the offending text.
@@ -67,6 +70,10 @@ class Mesh {
   int64_t local_index(int64_t device_id) const;
   // The process that owns `device_id`.
   int64_t owner_process(int64_t device_id) const;
+
+  // Every query taking a device id, mesh dim index or dim mask throws MeshError, naming the mesh,
+  // for an id outside 0..num_devices()-1, an index outside 0..rank()-1 or a mask with bits at or
+  // above rank().
 
   // Coordinates <-> global id, row-major over dims().
   std::vector<int64_t> coords(int64_t device_id) const;
@@ -99,6 +106,9 @@ class Mesh {
  private:
   struct State;
   explicit Mesh(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+  void check_device_id(int64_t device_id, const char* function) const;
+  void check_dim(int64_t dim, const char* function) const;
+  void check_mask(MeshDimMask mask, const char* function) const;
   static Mesh build(std::string name, std::vector<MeshDim> dims, DeviceType type,
                     std::vector<int64_t> local_ids, std::string global_devices,
                     const char* function);

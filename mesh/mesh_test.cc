@@ -181,3 +181,92 @@ TEST_CASE("validation of mesh strings") {
       Message("[Mesh::from_string] 2 local device ids for a mesh of 3 devices; a "
               "process owns a non-empty block whose size divides the device count"));
 }
+
+TEST_CASE("regression: mesh strings whose device count overflows are rejected") {
+  using Catch::Message;
+  // Used to wrap around to a small device count and then write out of bounds.
+  CHECK_THROWS_MATCHES(Mesh::from_string("|=333,=33333333333333333|||"), MeshError,
+                       Message("[Mesh::from_string] mesh dim name is empty"));
+  CHECK_THROWS_MATCHES(Mesh::from_string("|a=333,b=33333333333333333|||"), MeshError,
+                       Message("[Mesh::from_string] mesh a=333,b=33333333333333333 has more than "
+                               "1048576 devices"));
+  CHECK_THROWS_MATCHES(
+      Mesh::from_string("|a=4294967296,b=4294967296|0|0|/job:localhost/replica:0/task:0/"
+                        "device:CPU:0"),
+      MeshError,
+      Message("[Mesh::from_string] mesh a=4294967296,b=4294967296 has more than 1048576 "
+              "devices"));
+  CHECK_THROWS_MATCHES(Mesh::from_string("|a=2,=2|0,1,2,3|0|x"), MeshError,
+                       Message("[Mesh::from_string] mesh dim name is empty"));
+  CHECK_THROWS_MATCHES(Mesh::from_string("|a b=2|0,1|0,1|x,y"), MeshError,
+                       Message("[Mesh::from_string] mesh dim name 'a b' has character ' ' "
+                               "(allowed: letters, digits, _-.)"));
+  CHECK_THROWS_MATCHES(Mesh::from_string("|a=-1|0|0|x"), MeshError,
+                       Message("[Mesh::from_string] mesh dim 'a' has size -1; sizes must be >= 1"));
+  CHECK_THROWS_MATCHES(Mesh::from_string("|a=99999999999999999999|0|0|x"), MeshError,
+                       Message("[parse_mesh_dims] bad mesh dim 'a=99999999999999999999' in "
+                               "'a=99999999999999999999' (expected name=size)"));
+}
+
+TEST_CASE("regression: huge meshes are a MeshError, not std::bad_alloc") {
+  using Catch::Message;
+  CHECK_THROWS_MATCHES(Mesh::create({{"x", int64_t{1} << 40}}, DeviceType::kCPU), MeshError,
+                       Message("[Mesh::create] mesh x=1099511627776 has more than 1048576 "
+                               "devices"));
+  CHECK_THROWS_MATCHES(
+      Mesh::create({{"x", int64_t{1} << 32}, {"y", int64_t{1} << 32}}, DeviceType::kCPU), MeshError,
+      Message("[Mesh::create] mesh x=4294967296,y=4294967296 has more than 1048576 "
+              "devices"));
+}
+
+TEST_CASE("regression: local ids far outside the mesh are rejected") {
+  using Catch::Message;
+  const std::string dev = "/job:localhost/replica:0/task:0/device:CPU:0";
+  CHECK_THROWS_MATCHES(
+      Mesh::from_string("|x=1|0|9223372036854775807|" + dev), MeshError,
+      Message("[Mesh::from_string] local device ids [9223372036854775807] are not a contiguous "
+              "block [k*1, (k+1)*1) of 0..0"));
+  CHECK_THROWS_MATCHES(Mesh::from_string("|x=2|0,1|-2,-1|" + dev + "," + dev), MeshError,
+                       Message("[Mesh::from_string] local device ids [-2,-1] are not a contiguous "
+                               "block [k*2, (k+1)*2) of 0..1"));
+}
+
+TEST_CASE("regression: mesh queries check their arguments") {
+  using Catch::Message;
+  Mesh mesh = Mesh::create({{"x", 2}, {"y", 4}}, DeviceType::kCPU);
+  // coord used to read past the strides (ASan heap-buffer-overflow).
+  CHECK_THROWS_MATCHES(mesh.coord(0, 2), MeshError,
+                       Message("[Mesh::coord] mesh dim index 2 is out of range for mesh x=2,y=4 "
+                               "(rank 2)"));
+  CHECK_THROWS_MATCHES(mesh.coord(0, -1), MeshError,
+                       Message("[Mesh::coord] mesh dim index -1 is out of range for mesh x=2,y=4 "
+                               "(rank 2)"));
+  CHECK_THROWS_MATCHES(mesh.coord(8, 0), MeshError,
+                       Message("[Mesh::coord] device id 8 is out of range for mesh x=2,y=4 (8 "
+                               "devices)"));
+  CHECK_THROWS_MATCHES(mesh.coords(-1), MeshError,
+                       Message("[Mesh::coords] device id -1 is out of range for mesh x=2,y=4 (8 "
+                               "devices)"));
+  CHECK_THROWS_MATCHES(mesh.group(8, 1), MeshError,
+                       Message("[Mesh::group] device id 8 is out of range for mesh x=2,y=4 (8 "
+                               "devices)"));
+  CHECK_THROWS_MATCHES(mesh.group(0, 4), MeshError,
+                       Message("[Mesh::group] dim mask 0x4 names dims beyond mesh x=2,y=4 (rank "
+                               "2)"));
+  CHECK_THROWS_MATCHES(mesh.groups(0x80000000u), MeshError,
+                       Message("[Mesh::groups] dim mask 0x80000000 names dims beyond mesh x=2,y=4 "
+                               "(rank 2)"));
+  CHECK_THROWS_MATCHES(mesh.group_size(8), MeshError,
+                       Message("[Mesh::group_size] dim mask 0x8 names dims beyond mesh x=2,y=4 "
+                               "(rank 2)"));
+  CHECK_THROWS_MATCHES(mesh.index_in_group(100, 1), MeshError,
+                       Message("[Mesh::index_in_group] device id 100 is out of range for mesh "
+                               "x=2,y=4 (8 devices)"));
+  CHECK_THROWS_MATCHES(mesh.owner_process(8), MeshError,
+                       Message("[Mesh::owner_process] device id 8 is out of range for mesh x=2,y=4 "
+                               "(8 devices)"));
+  CHECK_THROWS_AS(mesh.local_index(8), MeshError);
+  CHECK_FALSE(mesh.is_local(-1));
+  CHECK(mesh.group(5, 3).size() == 8);
+  CHECK(mesh.coord(7, 1) == 3);
+}

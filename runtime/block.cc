@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "runtime/thread_pool.h"
 
@@ -12,7 +13,9 @@ void check_box(const Tensor& t, const std::vector<int64_t>& begin, const Shape& 
                const char* which) {
   bool ok = begin.size() == static_cast<size_t>(t.rank()) && extent.size() == begin.size();
   for (size_t i = 0; ok && i < begin.size(); ++i) {
-    ok = begin[i] >= 0 && extent[i] >= 0 && begin[i] + extent[i] <= t.shape()[i];
+    int64_t end = 0;
+    ok = begin[i] >= 0 && extent[i] >= 0 && checked_add(begin[i], extent[i], &end) &&
+         end <= t.shape()[i];
   }
   if (!ok) {
     throw_error<ShapeError>("copy_box", "{} box at [{}] of extent {} does not fit {}", which,
@@ -20,11 +23,24 @@ void check_box(const Tensor& t, const std::vector<int64_t>& begin, const Shape& 
   }
 }
 
+// a + b; integers wrap (two's complement) instead of overflowing, which is undefined for signed
+// types. Single-device sums accumulate integers in i64 and truncate, so a wrapped sum of partial
+// terms gives the same value.
+template <typename T>
+T add(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  } else {
+    return static_cast<T>(a + b);
+  }
+}
+
 template <typename T>
 T combine(T a, T b, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
-      return static_cast<T>(a + b);
+      return add(a, b);
     case ReduceOp::kMax:
       return std::max(a, b);
     case ReduceOp::kMin:
@@ -37,7 +53,7 @@ template <typename T>
 void reduce_typed(T* dst, const T* src, ReduceOp op, int64_t n) {
   switch (op) {
     case ReduceOp::kSum:
-      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(dst[i] + src[i]);
+      for (int64_t i = 0; i < n; ++i) dst[i] = add(dst[i], src[i]);
       break;
     case ReduceOp::kMax:
       for (int64_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]);
@@ -169,6 +185,10 @@ void reduce_tree(char* dst, const std::vector<Tensor>& inputs, size_t lo, size_t
 void reduce_range(Tensor& dst, const Tensor& src, ReduceOp op, int64_t begin, int64_t end) {
   if (dst.dtype() != src.dtype() || dst.shape() != src.shape()) {
     throw_error<ShapeError>("reduce_into", "cannot reduce {} into {}", src.to_string(),
+                            dst.to_string());
+  }
+  if (begin < 0 || end < begin || end > dst.num_elements()) {
+    throw_error<ShapeError>("reduce_into", "element range [{}, {}) does not fit {}", begin, end,
                             dst.to_string());
   }
   const size_t esize = dtype_size(dst.dtype());

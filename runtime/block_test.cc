@@ -2,6 +2,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdint>
+
 using namespace dtensor;
 using Catch::Message;
 
@@ -90,4 +93,38 @@ TEST_CASE("shared zeros are read-only zeros that sums skip") {
   CHECK(m.data<float>()[0] == 0.0f);
   CHECK(m.data<float>()[1] == 0.0f);
   CHECK(reduce_tensors({z, b}, ReduceOp::kMin).data<float>()[1] == -2.0f);
+}
+
+TEST_CASE("regression: integer sums wrap instead of overflowing (UBSan signed overflow)") {
+  Tensor a = Tensor::empty({3}, DType::kI32);
+  Tensor b = Tensor::empty({3}, DType::kI32);
+  const int32_t av[] = {INT32_MAX, INT32_MIN, 5};
+  const int32_t bv[] = {1, -1, -7};
+  std::copy(av, av + 3, a.data<int32_t>());
+  std::copy(bv, bv + 3, b.data<int32_t>());
+  // The single-device sum accumulates in i64 and truncates: the same as wrapping in i32.
+  Tensor sum = reduce_tensors({a, b}, ReduceOp::kSum);
+  CHECK(sum.data<int32_t>()[0] == INT32_MIN);
+  CHECK(sum.data<int32_t>()[1] == INT32_MAX);
+  CHECK(sum.data<int32_t>()[2] == -2);
+  Tensor c = Tensor::empty({1}, DType::kI64);
+  Tensor d = Tensor::empty({1}, DType::kI64);
+  c.data<int64_t>()[0] = INT64_MAX;
+  d.data<int64_t>()[0] = 2;
+  reduce_into(c, d, ReduceOp::kSum);
+  CHECK(c.data<int64_t>()[0] == INT64_MIN + 1);
+}
+
+TEST_CASE("regression: block ranges that overflow are rejected") {
+  using Catch::Message;
+  Tensor src = Tensor::zeros({4}, DType::kF32);
+  Tensor dst = Tensor::zeros({4}, DType::kF32);
+  CHECK_THROWS_MATCHES(copy_box(src, {1}, dst, {0}, {INT64_MAX}), ShapeError,
+                       Message("[copy_box] source box at [1] of extent [9223372036854775807] does "
+                               "not fit f32[4]@CPU:0"));
+  CHECK_THROWS_MATCHES(slice_box(src, {INT64_MAX}, {1}), ShapeError,
+                       Message("[copy_box] source box at [9223372036854775807] of extent [1] does "
+                               "not fit f32[4]@CPU:0"));
+  CHECK_THROWS_MATCHES(reduce_range(dst, src, ReduceOp::kSum, 2, 9), ShapeError,
+                       Message("[reduce_into] element range [2, 9) does not fit f32[4]@CPU:0"));
 }

@@ -60,10 +60,27 @@ Tensor::Tensor(Shape shape, DType dtype, Device device, std::shared_ptr<Storage>
   DTENSOR_CHECK(storage_ != nullptr && storage_->nbytes() >= nbytes());
 }
 
+namespace {
+// Allocates with `allocate`, turning an exhausted allocator into an error that says what was
+// asked for (std::bad_alloc must not escape to the caller).
+template <typename Allocate>
+std::shared_ptr<Storage> allocate_or_throw(const char* function, const Shape& shape, DType dtype,
+                                           int64_t nbytes, Allocate&& allocate) {
+  try {
+    return allocate(static_cast<size_t>(nbytes));
+  } catch (const std::bad_alloc&) {
+    throw_error<InvalidArgumentError>(function, "cannot allocate {} bytes for {}{}", nbytes,
+                                      dtype_name(dtype), shape_to_string(shape));
+  }
+}
+}  // namespace
+
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  validate_shape(shape, "Tensor::empty");
-  size_t nbytes = static_cast<size_t>(dtensor::num_elements(shape)) * dtype_size(dtype);
-  return Tensor(shape, dtype, device, BufferPool::global().acquire(nbytes));
+  const int64_t nbytes =
+      checked_num_bytes(shape, static_cast<int64_t>(dtype_size(dtype)), "Tensor::empty");
+  return Tensor(shape, dtype, device,
+                allocate_or_throw("Tensor::empty", shape, dtype, nbytes,
+                                  [](size_t n) { return BufferPool::global().acquire(n); }));
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
@@ -73,8 +90,8 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
 }
 
 Tensor Tensor::shared_zeros(const Shape& shape, DType dtype, Device device) {
-  validate_shape(shape, "Tensor::shared_zeros");
-  const size_t nbytes = static_cast<size_t>(dtensor::num_elements(shape)) * dtype_size(dtype);
+  const size_t nbytes = static_cast<size_t>(
+      checked_num_bytes(shape, static_cast<int64_t>(dtype_size(dtype)), "Tensor::shared_zeros"));
   // Grown geometrically; outgrown storages stay registered (tensors may still view them), so
   // none ever becomes unique and no caller can take it for a private buffer.
   static std::mutex mu;
@@ -85,7 +102,9 @@ Tensor Tensor::shared_zeros(const Shape& shape, DType dtype, Device device) {
     if (storages->empty() || storages->back()->nbytes() < nbytes) {
       const size_t size = std::max<size_t>(
           {nbytes, storages->empty() ? 0 : 2 * storages->back()->nbytes(), size_t{1} << 16});
-      storages->push_back(std::shared_ptr<Storage>(new Storage(size, Storage::ZeroPages{})));
+      storages->push_back(allocate_or_throw(
+          "Tensor::shared_zeros", shape, dtype, static_cast<int64_t>(size),
+          [](size_t n) { return std::shared_ptr<Storage>(new Storage(n, Storage::ZeroPages{})); }));
     }
     storage = storages->back();
   }

@@ -94,3 +94,43 @@ TEST_CASE("shape helpers") {
       parse_device_type("TPU"), InvalidArgumentError,
       Catch::Message("[parse_device_type] unknown device type 'TPU' (CPU or GPU)"));
 }
+
+// Lets the allocation-failure test see a failed allocation under AddressSanitizer too (ASan
+// aborts on an allocation it cannot serve unless told to return null).
+#if defined(__SANITIZE_ADDRESS__)
+extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1"; }
+#endif
+
+TEST_CASE("regression: element counts that overflow int64 are a ShapeError") {
+  using Catch::Message;
+  const int64_t big = int64_t{1} << 40;
+  // Used to wrap around to 0 elements: a 0-byte tensor of shape [2^40,2^40].
+  CHECK_THROWS_MATCHES(Tensor::empty({big, big}, DType::kF32), ShapeError,
+                       Message("[Tensor::empty] shape [1099511627776,1099511627776] has too many "
+                               "elements (at most 1125899906842624 are supported)"));
+  CHECK_THROWS_MATCHES(Tensor::zeros({4, big, big, 0}, DType::kF32), ShapeError,
+                       Message("[Tensor::empty] shape [4,1099511627776,1099511627776,0] has too "
+                               "many elements (at most 1125899906842624 are supported)"));
+  CHECK_THROWS_MATCHES(num_elements({big, big}), ShapeError,
+                       Message("[num_elements] element count of shape "
+                               "[1099511627776,1099511627776] overflows int64"));
+  CHECK(num_elements({big, big, 0}) == 0);
+  CHECK(Tensor::empty({big, 0}, DType::kF32).num_elements() == 0);
+  int64_t out = 0;
+  CHECK_FALSE(checked_mul(INT64_MAX, 2, &out));
+  CHECK_FALSE(checked_add(INT64_MAX, 1, &out));
+  CHECK(checked_mul(big, 4, &out));
+  CHECK(out == int64_t{1} << 42);
+}
+
+TEST_CASE("regression: buffers too large to allocate are an InvalidArgumentError, not bad_alloc") {
+  using Catch::Message;
+  CHECK_THROWS_MATCHES(Tensor::empty({int64_t{1} << 40}, DType::kF32), InvalidArgumentError,
+                       Message("[Tensor::empty] a buffer of shape [1099511627776] with 4-byte "
+                               "elements needs 4398046511104 bytes; at most 1099511627776 are "
+                               "supported"));
+  // 512 GiB: within the limit, beyond this machine's memory (heuristic overcommit refuses it).
+  CHECK_THROWS_MATCHES(Tensor::empty({int64_t{1} << 37}, DType::kF32), InvalidArgumentError,
+                       Message("[Tensor::empty] cannot allocate 549755813888 bytes for "
+                               "f32[137438953472]"));
+}
