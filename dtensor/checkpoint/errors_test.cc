@@ -397,7 +397,7 @@ TEST_CASE("a variable claiming terabytes is refused before anything is allocated
   uint64_t data_bytes = 0;
   edit_index(path, [&](nlohmann::json& j) {
     // One checksum block for any shard, so that the index stays small.
-    j["checksum_block_bytes"] = uint64_t{1} << 50;
+    j["checksum_block_bytes"] = uint64_t{1} << 44;
     data_bytes =
         j["files"][0]["size"].get<uint64_t>() - j["files"][0]["data_start"].get<uint64_t>();
     nlohmann::json& kernel = j["variables"]["dense/kernel"];

@@ -225,3 +225,11 @@ TEST_CASE("index: a version of 1e300 is refused by the checked number accessor")
       Message("[test] corrupt index p: version must be an integer in "
               "[-9223372036854775808, 9223372036854775807], not 1e+300"));
 }
+
+TEST_CASE("index: a checksum block size past 2^48 is refused") {
+  Index index;
+  index.checksum_block_bytes = (uint64_t{1} << 48) + 1;
+  CHECK_THROWS_MATCHES(decode_index(encode_index(index), "p", "test"), IoError,
+                       Message("[test] corrupt index p: checksum_block_bytes must be an integer in "
+                               "[0, 281474976710656], not 281474976710657"));
+}

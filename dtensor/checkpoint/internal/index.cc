@@ -14,6 +14,8 @@ namespace {
 
 using nlohmann::json;
 
+constexpr uint64_t kMaxBlockBytes = uint64_t{1} << 48;
+
 json file_to_json(const FileRecord& f) {
   return {{"name", f.name},
           {"size", f.size},
@@ -163,7 +165,9 @@ Index decode_index(const std::string& text, const std::string& path, const std::
     }
     index.save_id = j.at("save_id").get<std::string>();
     index.num_processes = integer_at<int64_t>(j, "num_processes", 1);
-    index.checksum_block_bytes = integer_at<uint64_t>(j, "checksum_block_bytes");
+    // Bounded so that rounding byte ranges out to blocks cannot wrap around.
+    index.checksum_block_bytes =
+        checked_unsigned(j.at("checksum_block_bytes"), "checksum_block_bytes", kMaxBlockBytes);
     if (index.checksum_block_bytes == 0) throw std::invalid_argument("checksum_block_bytes is 0");
     const json& files = j.at("files");
     if (!files.is_array()) throw std::invalid_argument("files must be an array");
