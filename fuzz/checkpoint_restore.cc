@@ -135,13 +135,15 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
 
 // The global value of `record` assembled element by element from the shard file: an independent
 // check of the tiling and copy code under restore.
-std::string reference_bytes(const VariableRecord& record, const std::string& file,
-                            uint64_t data_start) {
+// Every file record names the one file the harness writes (any other name fails to open).
+std::string reference_bytes(const Index& index, const VariableRecord& record,
+                            const std::string& file) {
   const size_t element = dtype_size(record.dtype);
   const Shape& shape = record.shape;
   std::string out(static_cast<size_t>(num_elements(shape)) * element, '\0');
   std::vector<bool> written(static_cast<size_t>(num_elements(shape)), false);
   for (const ShardRecord& s : record.shards) {
+    const uint64_t data_start = index.files.at(static_cast<size_t>(s.file)).data_start;
     const int64_t n = s.box.num_elements();
     for (int64_t i = 0; i < n; ++i) {
       // Row-major position i of the shard -> global linear index.
@@ -207,9 +209,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // Succeeded: every tensor must hold exactly what the index places there.
   const Index index = decode_index(index_text, "fuzz", "fuzz");
-  const uint64_t data_start = index.files.at(0).data_start;
   for (const auto& [name, var] : model.tensors()) {
-    const std::string expected = reference_bytes(index.variables.at(name), file, data_start);
+    const std::string expected = reference_bytes(index, index.variables.at(name), file);
     const Tensor value = to_global(var.value());
     if (expected.size() != value.nbytes() ||
         std::memcmp(expected.data(), value.raw_data(), expected.size()) != 0) {
