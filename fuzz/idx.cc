@@ -55,7 +55,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<int32_t> ys(static_cast<size_t>(n));
     source->read(ids.data(), n, features.data(), ys.data());
     if (features.size() * sizeof(float) != split.images.nbytes() ||
-        (!features.empty() && std::memcmp(features.data(), split.images.raw_data(), split.images.nbytes()))) {
+        (!features.empty() &&
+         std::memcmp(features.data(), split.images.raw_data(), split.images.nbytes()))) {
       fuzz::finding("open_mnist_examples and load_mnist disagree");
     }
   });
