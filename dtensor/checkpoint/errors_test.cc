@@ -1,9 +1,14 @@
 // Every way a restore can be refused: the exact error, and nothing tracked changed afterwards.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
 
 #include "dtensor/checkpoint/checkpoint.h"
+#include "dtensor/checkpoint/internal/crc32c.h"
 #include "dtensor/checkpoint/test_util.h"
 #include "dtensor/creation.h"
 
@@ -97,6 +102,23 @@ struct Tracked {
 };
 
 const std::string kFile = "shards-00000-of-00001.safetensors";
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  REQUIRE(out.good());
+}
+
+// Edits the index of the checkpoint at `path` and re-seals it with a valid index_crc32c, as a
+// writer with a bug (or a hostile one) would: only the structural checks can refuse it.
+void edit_index(const std::string& path, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = nlohmann::json::parse(read_text(path + "/index.json"));
+  j.erase("index_crc32c");
+  edit(j);
+  const std::string body = j.dump();
+  j["index_crc32c"] = checkpoint_internal::crc32c(body.data(), body.size());
+  write_text(path + "/index.json", j.dump() + "\n");
+}
 
 }  // namespace
 
@@ -281,4 +303,123 @@ TEST_CASE("damaged checkpoints are refused with a clear error and change nothing
         Message("[Checkpoint::restore] no checkpoint at " + path + "-missing: no such directory"));
   }
   t.check_unchanged(before);
+}
+
+TEST_CASE("an index naming a shard file outside the checkpoint directory is refused") {
+  for (const char* form : {"../other/", "<dir>/other/", "sub/", "..", "a\\b"}) {
+    const std::string dir = fresh_directory();
+    const std::string copy = write_reference(dir);
+    // A readable copy where the hostile name points, so that only the name check can refuse it.
+    REQUIRE(::mkdir((dir + "/other").c_str(), 0755) == 0);
+    write_text(dir + "/other/" + kFile, read_text(copy + "/" + kFile));
+    std::string name = form;
+    if (name == "<dir>/other/") name = dir + "/other/";
+    if (name.back() == '/') name += kFile;
+    INFO(name);
+    edit_index(copy, [&](nlohmann::json& j) { j["files"][0]["name"] = name; });
+    Tracked t;
+    t.track_all();
+    auto before = t.snapshot();
+    CHECK_THROWS_MATCHES(
+        t.checkpoint.restore(copy), IoError,
+        Message("[Checkpoint::restore] corrupt index " + copy + "/index.json: file #0 is named '" +
+                name + "', which is not a file name inside the checkpoint directory"));
+    t.check_unchanged(before);
+    CHECK_FALSE(is_complete_checkpoint(copy));
+  }
+}
+
+TEST_CASE("an index with a negative optimizer step is refused") {
+  const std::string path = write_reference(fresh_directory());
+  edit_index(path, [](nlohmann::json& j) { j["optimizers"]["adam"]["step"] = -1; });
+  Tracked t;
+  t.track_all();
+  auto before = t.snapshot();
+  CHECK_THROWS_MATCHES(t.checkpoint.restore(path), IoError,
+                       Message("[Checkpoint::restore] corrupt index " + path +
+                               "/index.json: optimizer 'adam' step must be an integer in [0, "
+                               "9223372036854775807], not -1"));
+  t.check_unchanged(before);
+}
+
+TEST_CASE("index numbers out of their type's range are refused, naming the key") {
+  const std::string path = write_reference(fresh_directory());
+  const std::string index = path + "/index.json";
+  Tracked t;
+  t.track_all();
+  auto before = t.snapshot();
+  SECTION("a version of 1e300") {
+    write_text(index, R"({"format":"dtensor-checkpoint","version":1e300})");
+    CHECK_THROWS_MATCHES(t.checkpoint.restore(path), IoError,
+                         Message("[Checkpoint::restore] corrupt index " + index +
+                                 ": version must be an integer in [-9223372036854775808, "
+                                 "9223372036854775807], not 1e+300"));
+  }
+  SECTION("a negative checksum") {
+    edit_index(path, [](nlohmann::json& j) { j["files"][0]["header_crc32c"] = -1; });
+    CHECK_THROWS_MATCHES(t.checkpoint.restore(path), IoError,
+                         Message("[Checkpoint::restore] corrupt index " + index +
+                                 ": header_crc32c must be an integer in [0, 4294967295], not -1"));
+  }
+  SECTION("a fractional integer") {
+    edit_index(path, [](nlohmann::json& j) { j["ints"]["epoch"] = 7.5; });
+    CHECK_THROWS_MATCHES(t.checkpoint.restore(path), IoError,
+                         Message("[Checkpoint::restore] corrupt index " + index +
+                                 ": integer 'epoch' must be an integer in [-9223372036854775808, "
+                                 "9223372036854775807], not 7.5"));
+  }
+  t.check_unchanged(before);
+  CHECK_FALSE(is_complete_checkpoint(path));
+}
+
+TEST_CASE("a deeply nested index is refused without exhausting the stack") {
+  const std::string path = write_reference(fresh_directory());
+  const std::string index = path + "/index.json";
+  const std::string prefix = R"({"format":"dtensor-checkpoint","version":1,"x":)";
+  const size_t depth = 1000000;
+  write_text(index, prefix + std::string(depth, '[') + std::string(depth, ']') + "}");
+  CHECK_FALSE(is_complete_checkpoint(path));
+  Tracked t;
+  t.track_all();
+  auto before = t.snapshot();
+  CHECK_THROWS_MATCHES(t.checkpoint.restore(path), IoError,
+                       Message(fmt::format("[Checkpoint::restore] corrupt index {}: JSON nests "
+                                           "deeper than 32 levels (at byte {})",
+                                           index, prefix.size() + 31)));
+  t.check_unchanged(before);
+}
+
+TEST_CASE("a variable claiming terabytes is refused before anything is allocated") {
+  const std::string path = write_reference(fresh_directory());
+  const std::string file = path + "/" + kFile;
+  const uint64_t claimed = uint64_t{4} << 40;  // 4 TiB of f32: [2^20, 2^20]
+  const int64_t side = int64_t{1} << 20;
+  uint64_t data_bytes = 0;
+  edit_index(path, [&](nlohmann::json& j) {
+    // One checksum block for any shard, so that the index stays small.
+    j["checksum_block_bytes"] = uint64_t{1} << 44;
+    data_bytes =
+        j["files"][0]["size"].get<uint64_t>() - j["files"][0]["data_start"].get<uint64_t>();
+    nlohmann::json& kernel = j["variables"]["dense/kernel"];
+    kernel["shape"] = {side, side};
+    kernel["shards"][0]["shape"] = {side, side};
+    kernel["shards"][0]["data_offsets"] = {0, claimed};
+  });
+  const Layout layout = Layout::replicated(mesh_of({{"batch", 2}}), 2);
+  SECTION("bytes past the file's data") {
+    CHECK_THROWS_MATCHES(
+        load_variable(path, "dense/kernel", layout), IoError,
+        Message(fmt::format("[load_variable] corrupt index {}/index.json: variable "
+                            "'dense/kernel' shard dense/kernel@0,0 spans bytes [0,{}) of the data "
+                            "of {}, which has {}",
+                            path, claimed, kFile, data_bytes)));
+  }
+  SECTION("a file size the file does not have") {
+    const uint64_t size = file_size(file);
+    edit_index(path, [&](nlohmann::json& j) { j["files"][0]["size"] = size + claimed; });
+    CHECK_THROWS_MATCHES(load_variable(path, "dense/kernel", layout), IoError,
+                         Message(fmt::format("[load_variable] {} has {} bytes but the index "
+                                             "records {} (truncated)",
+                                             file, size, size + claimed)));
+  }
 }

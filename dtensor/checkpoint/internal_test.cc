@@ -2,11 +2,13 @@
 // index.
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "dtensor/checkpoint/internal/boxes.h"
 #include "dtensor/checkpoint/internal/crc32c.h"
 #include "dtensor/checkpoint/internal/index.h"
+#include "dtensor/checkpoint/internal/json_util.h"
 #include "dtensor/checkpoint/internal/safetensors.h"
 #include "runtime/error.h"
 
@@ -157,4 +159,77 @@ TEST_CASE("index: encoding round trips, tampering and bad tilings are refused") 
   CHECK_THROWS_MATCHES(check_tiling("v", gap, "p", "test"), IoError,
                        Message("[test] corrupt index p: variable 'v' shards cover 4 of its 6 "
                                "elements"));
+}
+
+TEST_CASE("check_tiling: an offset + shape that overflows cannot fake coverage") {
+  VariableRecord v;
+  v.dtype = DType::kI32;
+  v.shape = {6, 5};
+  const int64_t huge = std::numeric_limits<int64_t>::max();
+  v.shards.push_back({0, "a", {{0, 0}, {3, 5}}, 0, 60, {1}});
+  // Wraps to a negative end: passed as "inside", overlapped nothing, and added its 15 elements.
+  v.shards.push_back({0, "b", {{huge, 0}, {3, 5}}, 60, 120, {2}});
+  CHECK_THROWS_MATCHES(check_tiling("v", v, "p", "test"), IoError,
+                       Message("[test] corrupt index p: variable 'v' shard b at "
+                               "[9223372036854775807,0] of shape [3,5] lies outside [6,5]"));
+}
+
+TEST_CASE("check_tiling: a shape of 2^64 elements is refused, not wrapped to zero bytes") {
+  VariableRecord v;
+  v.dtype = DType::kF32;
+  v.shape = {int64_t{1} << 32, int64_t{1} << 32};
+  v.shards.push_back({0, "a", {{0, 0}, v.shape}, 0, 0, {}});
+  CHECK_THROWS_MATCHES(check_tiling("v", v, "p", "test"), IoError,
+                       Message("[test] corrupt index p: variable 'v' has shape "
+                               "[4294967296,4294967296], more than 2^63 bytes"));
+}
+
+TEST_CASE("safetensors headers: dims past int64 and element counts past 2^63 are refused") {
+  CHECK_THROWS_MATCHES(
+      decode_safetensors_header(
+          R"({"a":{"dtype":"F32","shape":[9223372036854775808,0],"data_offsets":[0,0]}})", "f",
+          "test"),
+      IoError,
+      Message("[test] corrupt safetensors header in f: tensor 'a' shape[0] must be an integer in "
+              "[0, 9223372036854775807], not 9223372036854775808"));
+  CHECK_THROWS_MATCHES(
+      decode_safetensors_header(
+          R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", "f",
+          "test"),
+      IoError,
+      Message("[test] corrupt safetensors header in f: tensor 'a' has shape "
+              "[4294967296,4294967296], more than 2^63 bytes"));
+  CHECK_THROWS_MATCHES(
+      decode_safetensors_header(R"({"a":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", "f",
+                                "test"),
+      IoError,
+      Message("[test] corrupt safetensors header in f: tensor 'a' shape[0] must be an integer in "
+              "[0, 9223372036854775807], not 1.5"));
+}
+
+TEST_CASE("safetensors headers and indexes nested too deeply are refused before parsing") {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  CHECK_THROWS_MATCHES(decode_safetensors_header(deep, "f", "test"), IoError,
+                       Message("[test] corrupt safetensors header in f: JSON nests deeper than "
+                               "32 levels (at byte 32)"));
+  CHECK_THROWS_MATCHES(decode_index("{\"a\":" + deep + "}", "p", "test"), IoError,
+                       Message("[test] corrupt index p: JSON nests deeper than 32 levels (at "
+                               "byte 36)"));
+  // Brackets inside strings do not count.
+  CHECK_NOTHROW(check_json_depth("[\"" + std::string(100, '[') + "\\\"\"]"));
+}
+
+TEST_CASE("index: a version of 1e300 is refused by the checked number accessor") {
+  CHECK_THROWS_MATCHES(
+      decode_index(R"({"format":"dtensor-checkpoint","version":1e300})", "p", "test"), IoError,
+      Message("[test] corrupt index p: version must be an integer in "
+              "[-9223372036854775808, 9223372036854775807], not 1e+300"));
+}
+
+TEST_CASE("index: a checksum block size past 2^48 is refused") {
+  Index index;
+  index.checksum_block_bytes = (uint64_t{1} << 48) + 1;
+  CHECK_THROWS_MATCHES(decode_index(encode_index(index), "p", "test"), IoError,
+                       Message("[test] corrupt index p: checksum_block_bytes must be an integer in "
+                               "[0, 281474976710656], not 281474976710657"));
 }

@@ -97,6 +97,10 @@ IdxHeader read_header(GzReader& file, const std::string& path, const char* funct
                          path, magic[2]);
   }
   const int64_t ndims = magic[3];
+  if (ndims == 0) {
+    throw_error<IoError>(function, "'{}' declares an array of rank 0 (an IDX array has dims)",
+                         path);
+  }
   std::vector<uint8_t> dims_bytes(static_cast<size_t>(4 * ndims));
   got = file.read(dims_bytes.data(), 4 * ndims);
   if (got < 4 * ndims) {
@@ -105,19 +109,27 @@ IdxHeader read_header(GzReader& file, const std::string& path, const char* funct
   }
   IdxHeader header;
   header.header_bytes = 4 + 4 * ndims;
-  int64_t total = 1;
+  // The bound applies to the product of the non-zero dims too: an array with no images still has
+  // rows * cols pixels per image, which the readers multiply.
+  int64_t nonzero = 1;
+  bool has_zero = false;
   for (int64_t d = 0; d < ndims; ++d) {
     const uint8_t* b = &dims_bytes[static_cast<size_t>(4 * d)];
     const int64_t size =
         (int64_t{b[0]} << 24) | (int64_t{b[1]} << 16) | (int64_t{b[2]} << 8) | b[3];
     header.shape.push_back(size);
-    if (size != 0 && total > (std::numeric_limits<int64_t>::max() >> 1) / size) {
-      throw_error<IoError>(function, "'{}' declares a shape {} of more than 2^62 bytes", path,
-                           shape_to_string(header.shape));
+    if (size == 0) {
+      has_zero = true;
+      continue;
     }
-    total *= size;
+    if (nonzero > (std::numeric_limits<int64_t>::max() >> 1) / size) {
+      throw_error<IoError>(function, "'{}' declares a shape {} of more than 2^62 {}", path,
+                           shape_to_string(header.shape),
+                           has_zero ? "elements in its non-zero dims" : "bytes");
+    }
+    nonzero *= size;
   }
-  header.total = total;
+  header.total = has_zero ? 0 : nonzero;
   return header;
 }
 
@@ -159,9 +171,9 @@ namespace {
 
 // Checks that `images` ([n, rows, cols]) and `labels` ([n]) pair up and that [offset, offset +
 // limit) lies within them; returns the limit, -1 resolved to the rest.
-int64_t check_mnist_range(const Shape& images, const std::string& images_path,
-                          const Shape& labels, const std::string& labels_path, int64_t offset,
-                          int64_t limit, const char* fn) {
+int64_t check_mnist_range(const Shape& images, const std::string& images_path, const Shape& labels,
+                          const std::string& labels_path, int64_t offset, int64_t limit,
+                          const char* fn) {
   if (images.size() != 3) {
     throw_error<IoError>(fn, "'{}' holds an array of shape {}, expected images [n,rows,cols]",
                          images_path, shape_to_string(images));
@@ -216,8 +228,8 @@ MnistSplit load_mnist(const std::string& images_path, const std::string& labels_
   check_limit(limit, fn);
   IdxArray images = read_idx_for(images_path, fn);
   IdxArray labels = read_idx_for(labels_path, fn);
-  limit = check_mnist_range(images.shape, images_path, labels.shape, labels_path, offset, limit,
-                            fn);
+  limit =
+      check_mnist_range(images.shape, images_path, labels.shape, labels_path, offset, limit, fn);
   const int64_t pixels = images.shape[1] * images.shape[2];
   MnistSplit split{Tensor::empty({limit, pixels}, DType::kF32),
                    Tensor::empty({limit}, DType::kI32)};
@@ -242,8 +254,8 @@ std::shared_ptr<const MnistFileExamples> open_mnist_examples(const std::string& 
     raw = file.direct();
   }
   IdxArray labels = read_idx_for(labels_path, fn);
-  limit = check_mnist_range(header.shape, images_path, labels.shape, labels_path, offset, limit,
-                            fn);
+  limit =
+      check_mnist_range(header.shape, images_path, labels.shape, labels_path, offset, limit, fn);
   const int64_t pixels = header.shape[1] * header.shape[2];
   source->example_ = {pixels};
   source->labels_.assign(labels.data.begin() + offset, labels.data.begin() + offset + limit);
@@ -293,9 +305,9 @@ void MnistFileExamples::read(const int64_t* ids, int64_t count, float* features,
       bytes.resize(static_cast<size_t>(run * pixels));
       size_t done = 0;
       while (done < bytes.size()) {
-        const ssize_t got = ::pread(fd_, bytes.data() + done, bytes.size() - done,
-                                    static_cast<off_t>(first_byte_ + ids[j] * pixels) +
-                                        static_cast<off_t>(done));
+        const ssize_t got =
+            ::pread(fd_, bytes.data() + done, bytes.size() - done,
+                    static_cast<off_t>(first_byte_ + ids[j] * pixels) + static_cast<off_t>(done));
         if (got < 0 && errno == EINTR) continue;
         if (got < 0) {
           throw_error<IoError>("MnistFileExamples::read", "cannot read '{}': {}", images_path_,

@@ -7,9 +7,9 @@
 // apart by content, not by name.
 //
 // Every file problem throws IoError whose message starts with the function called and names the
-// file: a missing or unreadable file, a bad magic number or type, a file shorter than its header
-// promises, bytes after the array, images and labels that disagree. Argument mistakes throw
-// InvalidArgumentError.
+// file: a missing or unreadable file, a bad magic number or type, a rank-0 array, dims whose
+// non-zero product exceeds 2^62, a file shorter than its header promises, bytes after the array,
+// images and labels that disagree. Argument mistakes throw InvalidArgumentError.
 //
 // Ownership: results are plain values owning their memory (Tensors on CPU:0, fresh storage).
 // Thread-safety: the functions keep no state; they may run concurrently on any files.

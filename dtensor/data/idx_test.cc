@@ -80,10 +80,10 @@ Files write_mnist(const std::string& prefix, int64_t n, bool gzip) {
 
 }  // namespace
 
-TEST_CASE("read_idx reads gzip and raw files of any rank") {
+TEST_CASE("read_idx reads gzip and raw files of any rank from 1 up") {
   for (bool gzip : {true, false}) {
     INFO("gzip " << gzip);
-    for (const Shape& shape : {Shape{7}, Shape{5, 3, 4}, Shape{2, 3}, Shape{0, 28, 28}, Shape{}}) {
+    for (const Shape& shape : {Shape{7}, Shape{5, 3, 4}, Shape{2, 3}, Shape{0, 28, 28}}) {
       INFO(shape_to_string(shape));
       std::vector<uint8_t> data = pattern(num_elements(shape), 3);
       IdxArray array = read_idx(write_idx("round_trip", shape, data, gzip));
@@ -445,9 +445,8 @@ TEST_CASE("open_mnist_examples rejects bad files as load_mnist does") {
   CHECK_THROWS_MATCHES(open_mnist_examples(good.images, good.labels, 1, 4), InvalidArgumentError,
                        Message("[open_mnist_examples] examples [1, 5) go past the 4 examples the "
                                "files hold"));
-  CHECK_THROWS_MATCHES(
-      open_mnist_examples(good.images, good.labels, 0, -2), InvalidArgumentError,
-      Message("[open_mnist_examples] limit -2 must be -1 (all) or at least 0"));
+  CHECK_THROWS_MATCHES(open_mnist_examples(good.images, good.labels, 0, -2), InvalidArgumentError,
+                       Message("[open_mnist_examples] limit -2 must be -1 (all) or at least 0"));
 
   // A file that shrinks after opening fails the read, not the process.
   Files shrinking = write_mnist("src-shrinking", 4, false);
@@ -459,4 +458,30 @@ TEST_CASE("open_mnist_examples rejects bad files as load_mnist does") {
   CHECK_THROWS_MATCHES(source->read(&last, 1, x.data(), y.data()), IoError,
                        Message("[MnistFileExamples::read] cannot read '" + shrinking.images +
                                "': the file is shorter than when it was opened"));
+}
+
+TEST_CASE("read_idx rejects a rank-0 array") {
+  const std::string path = write_idx("rank0", {}, {42}, false);
+  CHECK_THROWS_MATCHES(
+      read_idx(path), IoError,
+      Message("[read_idx] '" + path + "' declares an array of rank 0 (an IDX array has dims)"));
+}
+
+TEST_CASE("zero images of 2^32-1 x 2^32-1 pixels cannot overflow rows * cols") {
+  const int64_t side = 0xffffffff;
+  Files files{write_idx("huge-empty-images", {0, side, side}, {}, false),
+              write_idx("huge-empty-labels", {0}, {}, false)};
+  const std::string message =
+      "' declares a shape [0,4294967295,4294967295] of more than 2^62 "
+      "elements in its non-zero dims";
+  CHECK_THROWS_MATCHES(read_idx(files.images), IoError,
+                       Message("[read_idx] '" + files.images + message));
+  CHECK_THROWS_MATCHES(load_mnist(files.images, files.labels), IoError,
+                       Message("[load_mnist] '" + files.images + message));
+  CHECK_THROWS_MATCHES(open_mnist_examples(files.images, files.labels), IoError,
+                       Message("[open_mnist_examples] '" + files.images + message));
+  // Zero images of a size that fits load as an empty split.
+  Files empty{write_idx("empty-images", {0, 3, 4}, {}, false), files.labels};
+  MnistSplit split = load_mnist(empty.images, empty.labels);
+  CHECK(split.images.shape() == Shape{0, 12});
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "dtensor/checkpoint/internal/json_util.h"
 #include "runtime/error.h"
 
 namespace dtensor::checkpoint_internal {
@@ -66,8 +67,8 @@ SafetensorsHeader decode_safetensors_header(std::string_view header_json, const 
   };
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(header_json);
-  } catch (const nlohmann::json::exception& e) {
+    header = parse_untrusted_json(header_json);
+  } catch (const std::exception& e) {
     bad(e.what());
   }
   if (!header.is_object()) bad("not a JSON object");
@@ -84,25 +85,27 @@ SafetensorsHeader decode_safetensors_header(std::string_view header_json, const 
       if (!parse_safetensors_dtype(value.at("dtype").get<std::string>(), &e.dtype)) {
         bad("tensor '" + key + "' has unsupported dtype " + value.at("dtype").dump());
       }
-      for (const auto& d : value.at("shape")) {
-        if (!d.is_number_unsigned()) bad("tensor '" + key + "' has a bad shape");
-        e.shape.push_back(d.get<int64_t>());
+      e.shape = integer_array<int64_t>(value.at("shape"), "tensor '" + key + "' shape", 0);
+      const int64_t bytes = checked_num_bytes(e.shape, dtype_size(e.dtype));
+      if (bytes < 0) {
+        bad("tensor '" + key + "' has shape " + shape_to_string(e.shape) +
+            ", more than 2^63 bytes");
       }
-      const auto& offsets = value.at("data_offsets");
-      if (offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
-          !offsets[1].is_number_unsigned()) {
-        bad("tensor '" + key + "' has bad data_offsets");
-      }
-      e.begin = offsets[0].get<uint64_t>();
-      e.end = offsets[1].get<uint64_t>();
-      const uint64_t expected = static_cast<uint64_t>(num_elements(e.shape)) * dtype_size(e.dtype);
+      const std::vector<uint64_t> offsets =
+          integer_array<uint64_t>(value.at("data_offsets"), "tensor '" + key + "' data_offsets");
+      if (offsets.size() != 2) bad("tensor '" + key + "' has bad data_offsets");
+      e.begin = offsets[0];
+      e.end = offsets[1];
+      const uint64_t expected = static_cast<uint64_t>(bytes);
       if (e.end < e.begin || e.end - e.begin != expected) {
         bad("tensor '" + key + "' spans " + std::to_string(e.end - e.begin) + " bytes for " +
             std::to_string(expected) + " bytes of data");
       }
       out.entries.push_back(std::move(e));
     }
-  } catch (const nlohmann::json::exception& e) {
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // nlohmann's type errors and the checked accessors'
     bad(e.what());
   }
   std::sort(out.entries.begin(), out.entries.end(),

@@ -132,7 +132,7 @@ ReadTarget make_read_target(const std::string& entry, const VariableRecord& reco
     Box box{layout.shard_offset(record.shape, device), layout.shard_shape(record.shape, device)};
     auto [it, inserted] = seen.emplace(box, target.boxes.size());
     if (inserted) {
-      target.tensors.push_back(Tensor::empty(box.shape, record.dtype, mesh_device(mesh, device)));
+      target.devices.push_back(mesh_device(mesh, device));
       target.boxes.push_back(std::move(box));
     }
     box_of_device->push_back(it->second);
@@ -213,13 +213,20 @@ std::vector<Job> plan_jobs(std::vector<ReadTarget>& targets, uint64_t block_byte
 void read_targets(const std::string& directory, const Index& index,
                   std::vector<ReadTarget>& targets, const std::string& function) {
   const uint64_t block_bytes = index.checksum_block_bytes;
-  std::vector<Job> jobs = plan_jobs(targets, block_bytes);
 
-  // The files the jobs read, checked before any data is read.
+  // The files holding shards that overlap the targets, checked before any buffer is allocated:
+  // the index's sizes are then the files' sizes, which bound every shard and so every buffer.
+  std::vector<bool> needed(index.files.size(), false);
+  for (const ReadTarget& target : targets) {
+    for (const ShardRecord& shard : target.record->shards) {
+      for (const Box& box : target.boxes) {
+        if (intersect(shard.box, box)) needed[static_cast<size_t>(shard.file)] = true;
+      }
+    }
+  }
   std::vector<std::optional<File>> files(index.files.size());
-  for (const Job& job : jobs) {
-    const int64_t f = job.shard->file;
-    if (files[f]) continue;
+  for (size_t f = 0; f < files.size(); ++f) {
+    if (!needed[f]) continue;
     const FileRecord& record = index.files[f];
     const std::string path = join_path(directory, record.name);
     File file = File::open_read(path, function);
@@ -247,7 +254,7 @@ void read_targets(const std::string& directory, const Index& index,
     for (const SafetensorsEntry& e : parsed.entries) by_key[e.key] = &e;
     for (const ReadTarget& target : targets) {
       for (const ShardRecord& shard : target.record->shards) {
-        if (shard.file != f) continue;
+        if (static_cast<size_t>(shard.file) != f) continue;
         auto it = by_key.find(shard.key);
         if (it == by_key.end() || it->second->dtype != target.record->dtype ||
             it->second->shape != shard.box.shape || it->second->begin != shard.begin ||
@@ -259,6 +266,14 @@ void read_targets(const std::string& directory, const Index& index,
     }
     files[f].emplace(std::move(file));
   }
+  for (ReadTarget& target : targets) {
+    target.tensors.clear();
+    for (size_t b = 0; b < target.boxes.size(); ++b) {
+      target.tensors.push_back(
+          Tensor::empty(target.boxes[b].shape, target.record->dtype, target.devices[b]));
+    }
+  }
+  std::vector<Job> jobs = plan_jobs(targets, block_bytes);
 
   ThreadPool::global().parallel_for(static_cast<int64_t>(jobs.size()), [&](int64_t j) {
     const Job& job = jobs[static_cast<size_t>(j)];

@@ -39,16 +39,17 @@ ProcessPart write_shard_file(const std::string& directory, const std::string& fi
                              const std::string& function);
 
 // One variable to read: the distinct boxes of this process's devices under the target layout, and
-// a buffer for each, filled by read_targets.
+// a buffer for each, allocated and filled by read_targets.
 struct ReadTarget {
   std::string entry;
   const VariableRecord* record = nullptr;
   std::vector<Box> boxes;
+  std::vector<Device> devices;  // the first local device of each box
   std::vector<Tensor> tensors;
 };
 
-// The distinct local boxes of `layout` for `shape` (with a new buffer each) and, per local device
-// in local order, the position of its box.
+// The distinct local boxes of `layout` for `shape` and, per local device in local order, the
+// position of its box. Allocates nothing: the record's sizes are not yet checked against files.
 ReadTarget make_read_target(const std::string& entry, const VariableRecord& record,
                             const Layout& layout, std::vector<size_t>* box_of_device);
 
@@ -57,7 +58,8 @@ DTensor assemble(const ReadTarget& target, const Layout& layout,
                  const std::vector<size_t>& box_of_device);
 
 // Fills every target from the checkpoint in `directory`: opens the files the targets need,
-// checks their sizes, header checksums and headers against the index, then reads the byte ranges
+// checks their sizes, header checksums and headers against the index, allocates the targets'
+// buffers (the records must have passed check_tiling), then reads the byte ranges
 // of the saved shards that overlap the targets' boxes (rounded out to checksum blocks) and checks
 // every block. Throws IoError naming `function`, the file, the entry and the bytes at fault.
 void read_targets(const std::string& directory, const Index& index,
