@@ -6,19 +6,18 @@
 //   tools/bazel run //examples/mnist:train -- --data_dir=/path/to/mnist --plot=/tmp/m.png
 //   tools/bazel run //examples/mnist:train -- --mesh=batch=2,model=4
 //
-// Flags (--name=value): data_dir, train_limit, test_limit, mesh, epochs, batch_size, lr, seed,
-// metrics_out (one JSON object per epoch), plot (PNG of loss and accuracy per epoch: blue train,
-// orange test). With --data_dir, the four standard MNIST files (gz or raw) are read; when only
-// the t10k files are there, examples [0, 5000) train and [5000, 10000) test.
+// Flags: `--help` lists them with their defaults. With --data_dir, the four standard MNIST files
+// (gz or raw) are read; when only the t10k files are there, examples [0, 5000) train and
+// [5000, 10000) test.
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <string>
 
+#include "cli/flags.h"
 #include "dtensor/data/dataset.h"
 #include "dtensor/data/idx.h"
 #include "dtensor/optim/optimizers.h"
@@ -46,42 +45,42 @@ struct Flags {
   std::string plot;
 };
 
-Flags parse_flags(int argc, char** argv) {
-  Flags f;
-  std::map<std::string, std::string> given;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    size_t eq = arg.find('=');
-    if (arg.rfind("--", 0) != 0 || eq == std::string::npos) {
-      throw_error<InvalidArgumentError>("train", "expected --name=value, got '{}'", arg);
+// "batch=8" or "batch=2,model=4": the first dim shards the batch, a `model` dim the hidden layers.
+std::string check_mesh(const std::string& text) {
+  std::vector<MeshDim> dims;
+  try {
+    dims = parse_mesh_dims(text);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  if (dims.empty() || dims[0].name != "batch") {
+    return "the first mesh dim must be 'batch', got '" + text + "'";
+  }
+  for (const MeshDim& d : dims) {
+    if (d.name != "batch" && d.name != "model") {
+      return "unknown mesh dim '" + d.name + "' in '" + text + "' (known: batch, model)";
     }
-    given[arg.substr(2, eq - 2)] = arg.substr(eq + 1);
   }
-  for (const auto& [name, value] : given) {
-    if (name == "data_dir")
-      f.data_dir = value;
-    else if (name == "train_limit")
-      f.train_limit = std::stoll(value);
-    else if (name == "test_limit")
-      f.test_limit = std::stoll(value);
-    else if (name == "mesh")
-      f.mesh = value;
-    else if (name == "epochs")
-      f.epochs = std::stoll(value);
-    else if (name == "batch_size")
-      f.batch_size = std::stoll(value);
-    else if (name == "lr")
-      f.lr = std::stod(value);
-    else if (name == "seed")
-      f.seed = std::stoull(value);
-    else if (name == "metrics_out")
-      f.metrics_out = value;
-    else if (name == "plot")
-      f.plot = value;
-    else
-      throw_error<InvalidArgumentError>("train", "unknown flag --{}", name);
-  }
-  return f;
+  return "";
+}
+
+void define_flags(cli::Flags& cli, Flags& f) {
+  cli.add_path("--data_dir", &f.data_dir,
+               "folder with the MNIST IDX files (.gz or raw); only the t10k pair: 5000 train, "
+               "5000 test; empty: synthetic digits",
+               cli::PathKind::kInputDir);
+  cli.add_int("--train_limit", &f.train_limit, "use only the first N training examples (-1: all)",
+              -1);
+  cli.add_int("--test_limit", &f.test_limit, "use only the first N test examples (-1: all)", -1);
+  cli.add_string("--mesh", &f.mesh, "mesh dims: batch=N, optionally model=M", check_mesh);
+  cli.add_int("--epochs", &f.epochs, "epochs to train", 1);
+  cli.add_int("--batch_size", &f.batch_size, "global batch size", 1);
+  cli.add_double("--lr", &f.lr, "Adam learning rate", /*positive=*/true);
+  cli.add_uint("--seed", &f.seed, "seed of the weights, shuffling and synthetic data");
+  cli.add_path("--metrics_out", &f.metrics_out, "JSON lines file, one object per epoch",
+               cli::PathKind::kOutputFile);
+  cli.add_path("--plot", &f.plot, "PNG of loss and accuracy per epoch, train and test",
+               cli::PathKind::kOutputFile);
 }
 
 std::string find_file(const std::string& dir, const std::string& name) {
@@ -163,7 +162,10 @@ class Progress {
 };
 
 int run(int argc, char** argv, const Runtime& rt) {
-  Flags flags = parse_flags(argc, argv);
+  Flags flags;
+  cli::Flags cli("train", "Trains an MLP on MNIST over a mesh of virtual CPU devices.");
+  define_flags(cli, flags);
+  if (std::optional<int> code = cli.parse(argc, argv, rt.process_index() == 0)) return *code;
   std::vector<MeshDim> dims = parse_mesh_dims(flags.mesh);
   int64_t devices = 1;
   for (const MeshDim& d : dims) devices *= d.size;
