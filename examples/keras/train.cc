@@ -24,6 +24,7 @@
 #include <string>
 
 #include "cli/flags.h"
+#include "cli/progress.h"
 #include "dtensor/data/idx.h"
 #include "dtensor/keras/checkpoint_callbacks.h"
 #include "dtensor/keras/layers.h"
@@ -209,12 +210,31 @@ int train(Runtime& rt, const Flags& f) {
     fmt::print("resumed from {}/ckpt-{}: epoch {}, step {} of it\n", f.checkpoint_dir,
                *checkpoints.restored_step(), epoch + 1, trainer.counters().step_in_epoch);
   };
+  // The progress display shared with the MNIST example (redrawn only on a real terminal).
+  cli::Progress progress(f.epochs, main_process);
+  keras::LambdaCallback display;
+  auto metrics_of = [](const keras::Logs& logs) {
+    cli::Metrics m;
+    for (const char* name : {"loss", "accuracy", "val_loss", "val_accuracy"}) {
+      if (auto it = logs.find(name); it != logs.end()) m.emplace_back(name, it->second);
+    }
+    return m;
+  };
+  display.epoch_begin = [&](int64_t epoch, const keras::Logs&) {
+    progress.begin_epoch(epoch, trainer.params().steps_per_epoch, trainer.counters().step_in_epoch);
+  };
+  display.batch_end = [&](int64_t batch, const keras::Logs& logs) {
+    progress.step(batch + 1, metrics_of(logs));
+  };
+  display.epoch_end = [&](int64_t, const keras::Logs& logs) {
+    progress.end_epoch(metrics_of(logs));
+  };
   keras::FitOptions options;
   options.epochs = f.epochs;
   options.validation_data = &val_data;
-  options.callbacks = {&checkpoints, &crash};
+  options.callbacks = {&checkpoints, &crash, &display};
   if (logger) options.callbacks.push_back(&*logger);
-  if (!main_process) options.verbose = keras::Verbosity::kSilent;
+  options.verbose = keras::Verbosity::kSilent;
 
   keras::History history = trainer.fit(train_data, options);
   if (main_process) {

@@ -9,8 +9,6 @@
 // Flags: `--help` lists them with their defaults. With --data_dir, the four standard MNIST files
 // (gz or raw) are read; when only the t10k files are there, examples [0, 5000) train and
 // [5000, 10000) test.
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -18,6 +16,7 @@
 #include <string>
 
 #include "cli/flags.h"
+#include "cli/progress.h"
 #include "dtensor/data/dataset.h"
 #include "dtensor/data/idx.h"
 #include "dtensor/optim/optimizers.h"
@@ -139,28 +138,6 @@ std::pair<double, double> batch_sums(const DTensor& logits, const DTensor& label
   return {to_global(loss).data<float>()[0], to_global(correct).data<float>()[0]};
 }
 
-class Progress {
- public:
-  Progress(int64_t epoch, int64_t epochs, int64_t total, bool show)
-      : epoch_(epoch), epochs_(epochs), total_(total), tty_(show && isatty(fileno(stderr))) {}
-  void update(int64_t done, double loss) {
-    if (!tty_) return;
-    const int width = 30;
-    int filled = total_ > 0 ? static_cast<int>(width * done / total_) : width;
-    std::fprintf(stderr, "\rEpoch %lld/%lld [%s%s] %lld/%lld loss %.4f",
-                 static_cast<long long>(epoch_), static_cast<long long>(epochs_),
-                 std::string(filled, '=').c_str(), std::string(width - filled, ' ').c_str(),
-                 static_cast<long long>(done), static_cast<long long>(total_), loss);
-  }
-  void finish() {
-    if (tty_) std::fprintf(stderr, "\r\033[K");
-  }
-
- private:
-  int64_t epoch_, epochs_, total_;
-  bool tty_;
-};
-
 int run(int argc, char** argv, const Runtime& rt) {
   Flags flags;
   cli::Flags cli("train", "Trains an MLP on MNIST over a mesh of virtual CPU devices.");
@@ -199,9 +176,10 @@ int run(int argc, char** argv, const Runtime& rt) {
   std::ofstream metrics;
   if (reporter && !flags.metrics_out.empty()) metrics.open(flags.metrics_out);
   std::vector<double> train_loss, train_acc, test_loss, test_acc;
+  cli::Progress progress(flags.epochs, reporter);
+  int64_t global_step = 0;
   for (int64_t epoch = 0; epoch < flags.epochs; ++epoch) {
-    auto start = std::chrono::steady_clock::now();
-    Progress progress(epoch + 1, flags.epochs, train.batches_per_epoch(), reporter);
+    progress.begin_epoch(epoch, train.batches_per_epoch());
     double loss_sum = 0, correct = 0;
     int64_t seen = 0, step = 0;
     for (int64_t b = 0; b < train.batches_per_epoch(); ++b) {
@@ -216,9 +194,9 @@ int run(int argc, char** argv, const Runtime& rt) {
       loss_sum += l;
       correct += c;
       seen += batch->size;
-      progress.update(++step, loss_sum / seen);
+      ++global_step;
+      progress.step(++step, {{"loss", loss_sum / seen}, {"accuracy", correct / seen}});
     }
-    progress.finish();
     EpochMetrics tr{loss_sum / std::max<int64_t>(seen, 1), correct / std::max<int64_t>(seen, 1)};
     test.restore({0, 0});
     double test_loss_sum = 0, test_correct = 0;
@@ -231,18 +209,18 @@ int run(int argc, char** argv, const Runtime& rt) {
     }
     EpochMetrics te{test_loss_sum / std::max<int64_t>(test_seen, 1),
                     test_correct / std::max<int64_t>(test_seen, 1)};
-    double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (reporter)
-      std::printf("epoch %lld: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.1fs\n",
-                  static_cast<long long>(epoch + 1), tr.loss, tr.accuracy, te.loss, te.accuracy,
-                  seconds);
-    std::fflush(stdout);
+    const double seconds = progress.end_epoch({{"loss", tr.loss},
+                                               {"accuracy", tr.accuracy},
+                                               {"test_loss", te.loss},
+                                               {"test_accuracy", te.accuracy}});
     if (metrics.is_open()) {
       metrics.precision(9);
-      metrics << "{\"epoch\":" << epoch + 1 << ",\"train_loss\":" << tr.loss
-              << ",\"train_acc\":" << tr.accuracy << ",\"test_loss\":" << te.loss
-              << ",\"test_acc\":" << te.accuracy << "}\n";
+      metrics << "{\"epoch\":" << epoch + 1 << ",\"step\":" << global_step
+              << ",\"train_loss\":" << tr.loss << ",\"train_acc\":" << tr.accuracy
+              << ",\"test_loss\":" << te.loss << ",\"test_acc\":" << te.accuracy
+              << ",\"lr\":" << flags.lr << ",\"wall_s\":" << seconds
+              << ",\"examples_per_s\":" << static_cast<double>(seen) / std::max(seconds, 1e-9)
+              << "}\n";
       metrics.flush();
     }
     train_loss.push_back(tr.loss);
