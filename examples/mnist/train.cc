@@ -16,6 +16,7 @@
 #include <string>
 
 #include "cli/flags.h"
+#include "cli/plot.h"
 #include "cli/progress.h"
 #include "dtensor/data/dataset.h"
 #include "dtensor/data/idx.h"
@@ -23,7 +24,6 @@
 #include "dtensor/runtime.h"
 #include "dtensor/virtual_devices.h"
 #include "examples/mnist/model.h"
-#include "examples/mnist/plot.h"
 #include "ops/autograd.h"
 #include "ops/ops.h"
 
@@ -229,9 +229,14 @@ int run(int argc, char** argv, const Runtime& rt) {
     test_acc.push_back(te.accuracy);
   }
   if (reporter && !flags.plot.empty()) {
-    examples::write_line_chart_png(flags.plot,
-                                   {{"loss", {{"train", train_loss}, {"test", test_loss}}},
-                                    {"accuracy", {{"train", train_acc}, {"test", test_acc}}}});
+    cli::write_training_plot(
+        flags.plot,
+        {{"Loss per epoch",
+          "cross-entropy loss",
+          {{"train", train_loss}, {"test", test_loss}},
+          0.0,
+          std::nullopt},
+         {"Accuracy per epoch", "accuracy", {{"train", train_acc}, {"test", test_acc}}, 0.0, 1.0}});
     std::printf("plot: %s\n", flags.plot.c_str());
   }
   return 0;
