@@ -71,6 +71,8 @@ expect_error "train: --mesh: the first mesh dim must be 'batch', got 'model=8'" 
   --mesh=model=8
 expect_error "train: --plot: cannot write '/proc/p.png': No such file or directory" "$mnist" \
   --plot /proc/p.png
+expect_error "train: --tensorboard_dir: cannot create folder '$tmp/file/tb': Not a directory" "$mnist" \
+  --tensorboard_dir="$tmp/file/tb"
 expect_error "train: --checkpoint_dir: cannot create folder '$tmp/file/c': Not a directory" \
   "$keras" --checkpoint_dir="$tmp/file/c"
 expect_error "train_step: The following argument was not expected: batch=8" \

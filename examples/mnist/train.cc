@@ -18,6 +18,7 @@
 #include "cli/flags.h"
 #include "cli/plot.h"
 #include "cli/progress.h"
+#include "cli/tensorboard.h"
 #include "dtensor/data/dataset.h"
 #include "dtensor/data/idx.h"
 #include "dtensor/optim/optimizers.h"
@@ -42,6 +43,7 @@ struct Flags {
   uint64_t seed = 22;
   std::string metrics_out;
   std::string plot;
+  std::string tensorboard_dir;
 };
 
 // "batch=8" or "batch=2,model=4": the first dim shards the batch, a `model` dim the hidden layers.
@@ -80,6 +82,9 @@ void define_flags(cli::Flags& cli, Flags& f) {
                cli::PathKind::kOutputFile);
   cli.add_path("--plot", &f.plot, "PNG of loss and accuracy per epoch, train and test",
                cli::PathKind::kOutputFile);
+  cli.add_path("--tensorboard_dir", &f.tensorboard_dir,
+               "folder for TensorBoard event files (loss and accuracy scalars per epoch)",
+               cli::PathKind::kOutputDir);
 }
 
 std::string find_file(const std::string& dir, const std::string& name) {
@@ -177,6 +182,8 @@ int run(int argc, char** argv, const Runtime& rt) {
   if (reporter && !flags.metrics_out.empty()) metrics.open(flags.metrics_out);
   std::vector<double> train_loss, train_acc, test_loss, test_acc;
   cli::Progress progress(flags.epochs, reporter);
+  std::optional<cli::EventWriter> events;
+  if (reporter && !flags.tensorboard_dir.empty()) events.emplace(flags.tensorboard_dir);
   int64_t global_step = 0;
   for (int64_t epoch = 0; epoch < flags.epochs; ++epoch) {
     progress.begin_epoch(epoch, train.batches_per_epoch());
@@ -222,6 +229,14 @@ int run(int argc, char** argv, const Runtime& rt) {
               << ",\"examples_per_s\":" << static_cast<double>(seen) / std::max(seconds, 1e-9)
               << "}\n";
       metrics.flush();
+    }
+    if (events) {
+      events->scalar("loss/train", tr.loss, epoch + 1);
+      events->scalar("loss/test", te.loss, epoch + 1);
+      events->scalar("accuracy/train", tr.accuracy, epoch + 1);
+      events->scalar("accuracy/test", te.accuracy, epoch + 1);
+      events->scalar("examples_per_second", static_cast<double>(seen) / std::max(seconds, 1e-9),
+                     epoch + 1);
     }
     train_loss.push_back(tr.loss);
     train_acc.push_back(tr.accuracy);
