@@ -67,7 +67,8 @@ void Progress::begin_epoch(int64_t epoch, int64_t steps, int64_t first_step) {
   epoch_ = epoch;
   steps_ = steps;
   first_step_ = done_ = first_step;
-  start_ = last_draw_ = std::chrono::steady_clock::now();
+  start_ = std::chrono::steady_clock::now();
+  last_draw_ = start_ - std::chrono::seconds(1);  // the first step is always drawn
   if (redraw_) {
     std::fprintf(out_, "Epoch %lld/%lld\n", static_cast<long long>(epoch + 1),
                  static_cast<long long>(epochs_));

@@ -10,7 +10,9 @@ tmp=${TEST_TMPDIR:-$(mktemp -d)}
 flags=(--mesh=batch=8 --epochs=2 --train_limit=1024 --test_limit=256 --batch_size=64)
 
 "$train" "${flags[@]}" --metrics_out="$tmp/one.json"
-"$launcher" 2 "$train" "${flags[@]}" --metrics_out="$tmp/two.json" >"$tmp/two.log" 2>&1
+if ! "$launcher" 2 "$train" "${flags[@]}" --metrics_out="$tmp/two.json" >"$tmp/two.log" 2>&1; then
+  echo "mpirun run failed:"; cat "$tmp/two.log"; exit 1
+fi
 # No carriage returns or escape sequences: only printable text, tabs and newlines.
 if LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f]' "$tmp/two.log"; then
   echo "control characters in the mpirun log:"; cat -v "$tmp/two.log"; exit 1
