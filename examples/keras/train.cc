@@ -25,6 +25,7 @@
 
 #include "cli/flags.h"
 #include "cli/progress.h"
+#include "cli/tensorboard.h"
 #include "dtensor/data/idx.h"
 #include "dtensor/keras/checkpoint_callbacks.h"
 #include "dtensor/keras/layers.h"
@@ -51,6 +52,7 @@ struct Flags {
   int64_t train_examples = 4000;
   std::string data_dir;
   std::string metrics_out;
+  std::string tensorboard_dir;
 };
 
 void define_flags(cli::Flags& cli, Flags& f) {
@@ -76,6 +78,9 @@ void define_flags(cli::Flags& cli, Flags& f) {
                cli::PathKind::kInputDir);
   cli.add_path("--metrics_out", &f.metrics_out, "epoch logs, .csv or JSON lines",
                cli::PathKind::kOutputFile);
+  cli.add_path("--tensorboard_dir", &f.tensorboard_dir,
+               "folder for TensorBoard event files (the epoch logs as scalars)",
+               cli::PathKind::kOutputDir);
 }
 
 // The IDX file `name` (raw or .gz) in `dir`, or "" when there is none.
@@ -226,8 +231,13 @@ int train(Runtime& rt, const Flags& f) {
   display.batch_end = [&](int64_t batch, const keras::Logs& logs) {
     progress.step(batch + 1, metrics_of(logs));
   };
-  display.epoch_end = [&](int64_t, const keras::Logs& logs) {
+  std::optional<cli::EventWriter> events;
+  if (main_process && !f.tensorboard_dir.empty()) events.emplace(f.tensorboard_dir);
+  display.epoch_end = [&](int64_t epoch, const keras::Logs& logs) {
     progress.end_epoch(metrics_of(logs));
+    if (events) {
+      for (const auto& [name, value] : logs) events->scalar("epoch_" + name, value, epoch + 1);
+    }
   };
   keras::FitOptions options;
   options.epochs = f.epochs;
