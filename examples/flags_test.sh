@@ -86,6 +86,14 @@ BUILD_WORKING_DIRECTORY="$tmp/user" "$mnist" --epochs=1 --train_limit=256 --test
 [[ -s "$tmp/user/out/m.json" ]] || fail "relative --metrics_out not in the working directory"
 [[ -s "$tmp/user/out/p.png" ]] || fail "relative --plot not in the working directory"
 grep -q "plot: $tmp/user/out/p.png" "$tmp/run.log" || fail "the log names not the absolute plot path"
+BUILD_WORKING_DIRECTORY="$tmp/user" "$keras" --epochs=1 --train_examples=256 --replicas=2 \
+  --checkpoint_dir=ckpt --metrics_out=out/k.json >"$tmp/keras.log" 2>&1 ||
+  fail "keras run with relative outputs failed: $(cat "$tmp/keras.log")"
+[[ -d "$tmp/user/ckpt" ]] || fail "relative --checkpoint_dir not in the working directory"
+# The per-epoch JSON carries the step, learning rate, wall time and throughput with the metrics.
+for key in '"epoch":0' '"loss":' '"val_accuracy":' '"step":' '"lr":' '"wall_s":' '"examples_per_s":'; do
+  grep -q "$key" "$tmp/user/out/k.json" || fail "keras --metrics_out lacks $key: $(cat "$tmp/user/out/k.json")"
+done
 
 if ((failures > 0)); then
   echo "$failures failures"

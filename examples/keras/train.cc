@@ -233,8 +233,14 @@ int train(Runtime& rt, const Flags& f) {
   };
   std::optional<cli::EventWriter> events;
   if (main_process && !f.tensorboard_dir.empty()) events.emplace(f.tensorboard_dir);
+  double epoch_seconds = 0;
+  int64_t epoch_first_step = 0;
+  display.epoch_begin = [&, begin = display.epoch_begin](int64_t epoch, const keras::Logs& logs) {
+    epoch_first_step = trainer.counters().step_in_epoch;
+    begin(epoch, logs);
+  };
   display.epoch_end = [&](int64_t epoch, const keras::Logs& logs) {
-    progress.end_epoch(metrics_of(logs));
+    epoch_seconds = progress.end_epoch(metrics_of(logs));
     if (events) {
       for (const auto& [name, value] : logs) events->scalar("epoch_" + name, value, epoch + 1);
     }
@@ -243,7 +249,18 @@ int train(Runtime& rt, const Flags& f) {
   options.epochs = f.epochs;
   options.validation_data = &val_data;
   options.callbacks = {&checkpoints, &crash, &display};
-  if (logger) options.callbacks.push_back(&*logger);
+  if (logger) {
+    // Runs after `display`, which timed the epoch.
+    logger->add_fields = [&](int64_t, keras::Logs& row) {
+      const int64_t steps = trainer.params().steps_per_epoch - epoch_first_step;
+      row["step"] = static_cast<double>(trainer.counters().global_step);
+      row["lr"] = f.lr;
+      row["wall_s"] = epoch_seconds;
+      row["examples_per_s"] =
+          epoch_seconds > 0 ? static_cast<double>(steps * global_batch) / epoch_seconds : 0;
+    };
+    options.callbacks.push_back(&*logger);
+  }
   options.verbose = keras::Verbosity::kSilent;
 
   keras::History history = trainer.fit(train_data, options);
