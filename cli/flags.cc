@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -52,9 +53,14 @@ std::string show(double v) {
 // Whether a file can be opened for writing here; leaves no new file behind.
 std::string writable_file(const std::string& flag, const fs::path& path) {
   std::error_code ec;
-  const bool existed = fs::exists(path, ec);
+  bool existed = fs::exists(path, ec);
   int fd = existed ? ::open(path.c_str(), O_WRONLY | O_CLOEXEC)
                    : ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0 && !existed && errno == EEXIST) {
+    // Another process of the same job (every rank checks its flags) made it meanwhile.
+    existed = true;
+    fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  }
   if (fd < 0) {
     return flag + ": cannot write '" + path.string() +
            "': " + std::error_code(errno, std::generic_category()).message();
