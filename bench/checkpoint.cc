@@ -1,7 +1,7 @@
 // Checkpoint save and restore throughput on 8 virtual devices, next to a plain sequential write
 // (write + fsync) and read of the same number of bytes to one file, measured in the same run.
 //
-//   tools/bazel run //bench:checkpoint -- [directory]     (default $TMPDIR or /tmp)
+//   tools/bazel run //bench:checkpoint -- [--dir=directory]     (default $TMPDIR or /tmp)
 //
 // The model is 256 MB of distinct f32 bytes: an embedding sharded by rows, one kernel replicated
 // (written once), one sharded by columns and one by rows, plus small biases. One JSON object per
@@ -10,6 +10,7 @@
 // ratio = checkpoint / plain. Medians over repetitions; the page cache is warm for both reads.
 #include <fcntl.h>
 #include <unistd.h>
+#include <optional>
 
 #include <algorithm>
 #include <chrono>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "bench/report.h"
+#include "cli/flags.h"
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/creation.h"
 
@@ -121,7 +123,14 @@ void report(const std::string& direction, int64_t bytes, double checkpoint_s, do
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
   const char* tmp = std::getenv("TMPDIR");
-  const std::string root = argc > 1 ? argv[1] : (tmp != nullptr ? tmp : "/tmp");
+  std::string root = tmp != nullptr ? tmp : "/tmp";
+  dtensor::cli::Flags flags("checkpoint",
+                            "Checkpoint save and restore GB/s of a 256 MB model on 8 devices next "
+                            "to a plain file write and read. Prints one JSON object per "
+                            "direction.");
+  flags.add_path("--dir", &root, "folder the checkpoints are written in (default $TMPDIR or /tmp)",
+                 dtensor::cli::PathKind::kOutputDir);
+  if (std::optional<int> code = flags.parse(argc, argv)) return *code;
   const std::string dir = root + "/dtensor_checkpoint_bench_" + std::to_string(::getpid());
   fs::create_directories(dir);
   constexpr int kReps = 7;

@@ -6,12 +6,18 @@
 //   relayout    global bytes / time, for rows -> cols (one all-to-all) and rows -> replicated
 //               (one all-gather into one shared buffer)
 #include <cstring>
+#include <optional>
 
 #include "bench/report.h"
+#include "cli/flags.h"
 #include "dtensor/relayout.h"
 #include "runtime/collectives.h"
 
-int main() {
+int main(int argc, char** argv) {
+  dtensor::cli::Flags flags("collectives",
+                            "In-process all-reduce and relayouts on 8 virtual CPUs next to memcpy. "
+                            "Prints one JSON object per measurement.");
+  if (std::optional<int> code = flags.parse(argc, argv)) return *code;
   using namespace dtensor;
   constexpr int64_t kDevices = 8;
   Mesh mesh = Mesh::create({{"batch", kDevices}}, DeviceType::kCPU);

@@ -1,9 +1,14 @@
 // Cost of the shard geometry every op and relayout asks for: shard_shape + shard_offset of one
 // device, for a rank-3 tensor on a 2x2x2 mesh with one uneven dim.
 #include "bench/report.h"
+#include "cli/flags.h"
 #include "layout/layout.h"
 
-int main() {
+int main(int argc, char** argv) {
+  dtensor::cli::Flags flags("layout_geometry",
+                            "Cost of shard_shape + shard_offset per call on a 2x2x2 mesh. Prints "
+                            "one JSON object per measurement.");
+  if (std::optional<int> code = flags.parse(argc, argv)) return *code;
   using namespace dtensor;
   Mesh mesh = Mesh::create({{"a", 2}, {"b", 2}, {"c", 2}}, DeviceType::kCPU);
   Layout layout({"a", "unsharded", "c"}, mesh);

@@ -1,12 +1,18 @@
 // Matmul throughput through the runtime on 1 and 8 virtual devices, next to OpenBLAS called
 // directly in the same run. 8 devices: rows of x sharded, w replicated (data parallel).
 #include <cblas.h>
+#include <optional>
 
 #include "bench/report.h"
+#include "cli/flags.h"
 #include "dtensor/creation.h"
 #include "ops/ops.h"
 
-int main() {
+int main(int argc, char** argv) {
+  dtensor::cli::Flags flags("matmul",
+                            "Sharded matmul GFLOP/s on 1 and 8 devices next to OpenBLAS. Prints "
+                            "one JSON object per measurement.");
+  if (std::optional<int> code = flags.parse(argc, argv)) return *code;
   using namespace dtensor;
   for (int64_t n : {256, 512, 1024, 2048}) {
     const double flops = 2.0 * n * n * n;

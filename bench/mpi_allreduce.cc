@@ -5,6 +5,7 @@
 // ratio = runtime / raw (medians). Run directly and it relaunches itself under mpirun -np 2.
 #include <mpi.h>
 #include <unistd.h>
+#include <optional>
 
 #include <algorithm>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "bench/report.h"
+#include "cli/flags.h"
 #include "dtensor/runtime.h"
 #include "dtensor/virtual_devices.h"
 #include "runtime/collectives.h"
@@ -93,6 +95,11 @@ int run(const Runtime& rt) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Flags first, so --help and mistakes never start mpirun.
+  dtensor::cli::Flags flags("mpi_allreduce",
+                            "All-reduce through the runtime next to raw MPI_Allreduce on 2 "
+                            "processes (relaunches itself under mpirun -np 2).");
+  if (std::optional<int> code = flags.parse(argc, argv)) return *code;
   if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMIX_RANK") == nullptr) {
     relaunch_under_mpirun();
     return 1;

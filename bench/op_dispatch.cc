@@ -2,10 +2,15 @@
 // with the sharding and relayout caches warm, next to the same chain of local kernels on one
 // tensor (the arithmetic alone).
 #include "bench/report.h"
+#include "cli/flags.h"
 #include "ops/kernels/kernels.h"
 #include "ops/ops.h"
 
-int main() {
+int main(int argc, char** argv) {
+  dtensor::cli::Flags flags("op_dispatch",
+                            "Per-op overhead of the SPMD expansion on 8 devices. Prints one JSON "
+                            "object per measurement.");
+  if (std::optional<int> code = flags.parse(argc, argv)) return *code;
   using namespace dtensor;
   constexpr int kOps = 10000;
   Mesh mesh = Mesh::create({{"batch", 8}}, DeviceType::kCPU);

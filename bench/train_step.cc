@@ -8,10 +8,13 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 
 #include "bench/plain_mlp.h"
+#include "bench/report.h"
+#include "cli/flags.h"
 #include "dtensor/creation.h"
 #include "dtensor/optim/optimizers.h"
 #include "examples/mnist/model.h"
@@ -48,11 +51,24 @@ struct RuntimeStep {
 
 }  // namespace
 
-// With an argument, only that setup (for profiling): train_step batch=8, train_step plain
+// With --setup, only that setup (for profiling): train_step --setup=batch=8, --setup=plain
 int main(int argc, char** argv) {
+  std::string only;
+  dtensor::cli::Flags flags("train_step",
+                            "Median training-step time of the MNIST MLP per mesh, next to the "
+                            "same step written by hand against OpenBLAS.");
+  flags.add_string(
+      "--setup", &only, "time only this setup: batch=1, batch=8, batch=2,model=4 or plain",
+      [](const std::string& s) -> std::string {
+        if (s == "batch=1" || s == "batch=8" || s == "batch=2,model=4" || s == "plain") {
+          return "";
+        }
+        return "unknown setup '" + s + "' (known: batch=1, batch=8, batch=2,model=4, plain)";
+      });
+  if (std::optional<int> code = flags.parse(argc, argv)) return *code;
   std::vector<std::pair<std::string, std::function<void()>>> steps;
   for (const char* spec : {"batch=1", "batch=8", "batch=2,model=4"}) {
-    if (argc > 1 && std::string(argv[1]) != spec) continue;
+    if (!only.empty() && only != spec) continue;
     auto step = std::make_shared<RuntimeStep>(spec);
     steps.emplace_back(spec, [step] { (*step)(); });
   }
@@ -62,7 +78,7 @@ int main(int argc, char** argv) {
   for (float& v : images) v = std::uniform_real_distribution<float>(0, 1)(rng);
   for (int32_t& v : labels) v = static_cast<int32_t>(rng() % 10);
   auto plain = std::make_shared<bench::PlainMlp>(std::vector<int>{784, 700, 500, 10}, 128);
-  if (argc == 1 || std::string(argv[1]) == "plain") {
+  if (only.empty() || only == "plain") {
     steps.emplace_back("plain", [=] { plain->step(images.data(), labels.data()); });
   }
   constexpr int kWarmup = 2, kRounds = 40, kStepsPerTurn = 3;
@@ -79,7 +95,7 @@ int main(int argc, char** argv) {
   for (size_t s = 0; s < steps.size(); ++s) {
     std::vector<double>& t = times[s];
     std::nth_element(t.begin(), t.begin() + kRounds / 2, t.end());
-    std::printf("{\"bench\":\"train_step\",\"mesh\":\"%s\",\"median_ms\":%.4g}\n",
-                steps[s].first.c_str(), t[kRounds / 2] * 1e3);
+    bench::report("train_step", {{"mesh", steps[s].first}, {"batch", int64_t{128}}},
+                  t[kRounds / 2] * 1e3, "ms/step");
   }
 }

@@ -1,7 +1,7 @@
 // relayout: moves a DTensor to another layout on the same mesh.
 //
 // Each mesh dim is in one of three states: replicated, sharding one tensor dim, or partial. A
-// relayout is a sequence of per-mesh-dim transitions (DESIGN.md §2):
+// relayout is a sequence of per-mesh-dim transitions (docs/design.md §2):
 //   sharded(d) -> replicated      all-gather
 //   sharded(a) -> sharded(b)      all-to-all
 //   replicated -> sharded(d)      local slice

@@ -40,15 +40,21 @@ int64_t parse_count(std::string_view text, const char* what) {
   return n;
 }
 
-// Takes --virtual_cpus=N out of argv; the environment variable is the fallback.
+// Takes --virtual_cpus=N and --virtual_cpus N out of argv; the environment variable is the
+// fallback.
 int64_t take_virtual_cpus(int& argc, char** argv) {
-  constexpr std::string_view kFlag = "--virtual_cpus=";
+  constexpr std::string_view kName = "--virtual_cpus";
   int64_t n = 0;
   int kept = 1;
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
-    if (arg.substr(0, kFlag.size()) == kFlag) {
-      n = parse_count(arg.substr(kFlag.size()), "--virtual_cpus");
+    if (arg == kName) {
+      if (i + 1 >= argc) {
+        throw_error<InvalidArgumentError>("Runtime::init", "--virtual_cpus needs a value");
+      }
+      n = parse_count(argv[++i], "--virtual_cpus");
+    } else if (arg.substr(0, kName.size() + 1) == "--virtual_cpus=") {
+      n = parse_count(arg.substr(kName.size() + 1), "--virtual_cpus");
     } else {
       argv[kept++] = argv[i];
     }

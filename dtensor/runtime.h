@@ -8,7 +8,8 @@
 // with thread support, records this process's rank and the world size (runtime/process.h), and
 // installs the MPI collective backend composed with the in-process one. Without mpirun it is a
 // one-process runtime. It consumes its own flags from argv:
-//   --virtual_cpus=N   virtual CPU devices in this process (or DTENSOR_VIRTUAL_CPUS=N)
+//   --virtual_cpus=N or --virtual_cpus N   virtual CPU devices in this process (or
+//                                          DTENSOR_VIRTUAL_CPUS=N)
 // Meshes from create_mesh then span every process, process k owning devices [k*L, (k+1)*L).
 //
 // Faults: in a multi-process job an exception escaping run_main's body (or any uncaught

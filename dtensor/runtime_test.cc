@@ -94,3 +94,23 @@ TEST_CASE("create_mesh names the device counts when they do not match") {
                     "CPUs; call configure_virtual_cpus(8) first");
   configure_virtual_cpus(1);
 }
+
+TEST_CASE("--virtual_cpus N with a space is taken out of argv like --virtual_cpus=N") {
+  {
+    Args args({"prog", "--epochs", "2", "--virtual_cpus", "8", "--lr=1"});
+    Runtime rt = Runtime::init(args.argc, args.pointers.data());
+    CHECK(rt.num_local_devices() == 8);
+    CHECK(args.remaining() == std::vector<std::string>{"prog", "--epochs", "2", "--lr=1"});
+  }
+  {
+    Args args({"prog", "--virtual_cpus"});
+    CHECK_THROWS_WITH(Runtime::init(args.argc, args.pointers.data()),
+                      "[Runtime::init] --virtual_cpus needs a value");
+  }
+  {
+    Args args({"prog", "--virtual_cpus", "x"});
+    CHECK_THROWS_WITH(Runtime::init(args.argc, args.pointers.data()),
+                      "[Runtime::init] --virtual_cpus must be a positive integer, got 'x'");
+  }
+  configure_virtual_cpus(1);
+}

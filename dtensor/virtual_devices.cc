@@ -62,4 +62,18 @@ Mesh create_mesh(std::vector<MeshDim> dims, std::string name) {
   return mesh;
 }
 
+Mesh create_mesh(const char* dims, std::string name) {
+  std::vector<MeshDim> parsed = parse_mesh_dims(dims == nullptr ? "" : dims);
+  int64_t devices = 1;
+  for (const MeshDim& d : parsed) devices *= d.size;
+  const ProcessInfo process = this_process();
+  if (devices % process.count != 0) {
+    throw_error<MeshError>("create_mesh",
+                           "mesh {} has {} devices, which {} processes cannot share evenly", dims,
+                           devices, process.count);
+  }
+  configure_virtual_cpus(devices / process.count);
+  return create_mesh(std::move(parsed), std::move(name));
+}
+
 }  // namespace dtensor

@@ -23,4 +23,9 @@ int64_t num_virtual_cpus();
 // process.
 Mesh create_mesh(std::vector<MeshDim> dims, std::string name = "");
 
+// One call, like jax.make_mesh: parses "batch=2,model=4", configures this process's virtual CPUs
+// to its share of the devices (all 8 alone; 4 each under `mpirun -np 2`), and creates the mesh as
+// above. MeshError for malformed text or a device count the processes cannot split evenly.
+Mesh create_mesh(const char* dims, std::string name = "");
+
 }  // namespace dtensor

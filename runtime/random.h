@@ -1,4 +1,4 @@
-// Stateless, counter-based random numbers indexed by global element position (DESIGN.md §2).
+// Stateless, counter-based random numbers indexed by global element position (docs/design.md §2).
 //
 // Contract: the value of every element depends only on the RandomSpec, the element's row-major
 // linear index g in the global tensor and the dtype. So filling a global tensor in one piece, or

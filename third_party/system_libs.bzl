@@ -27,6 +27,10 @@ def _system_libs_impl(rctx):
     _require(rctx, "/usr/include/fmt/format.h", "libfmt-dev")
     _require(rctx, "/usr/include/catch2/catch.hpp", "catch2")
     _require(rctx, "/usr/include/nlohmann/json.hpp", "nlohmann-json3-dev")
+    _require(rctx, "/usr/include/CLI/CLI.hpp", "libcli11-dev")
+    _require(rctx, "/usr/include/cairo/cairo.h", "libcairo2-dev")
+    _require(rctx, "/usr/include/google/protobuf/message_lite.h", "libprotobuf-dev")
+    _require(rctx, "/usr/bin/protoc", "protobuf-compiler")
     blas_inc = _find_first(rctx, [
         "/usr/include/x86_64-linux-gnu/openblas-pthread",
         "/usr/include/aarch64-linux-gnu/openblas-pthread",
@@ -62,6 +66,15 @@ cc_library(
 )
 
 cc_library(name = "zlib", linkopts = ["-lz"])
+
+# CLI11 2.x: header-only command-line parsing (<CLI/CLI.hpp>).
+cc_library(name = "cli11")
+
+# cairo: 2D drawing with text, PNG output (<cairo/cairo.h>).
+cc_library(name = "cairo", linkopts = ["-lcairo"])
+
+# Protocol buffers runtime; .proto files are compiled by the system protoc (see protoc below).
+cc_library(name = "protobuf", linkopts = ["-lprotobuf"])
 """.format(lib = mpi_lib))
 
 system_libs = repository_rule(

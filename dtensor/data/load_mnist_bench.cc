@@ -1,15 +1,17 @@
 // Times load_mnist (and synthetic_digits) and prints what was loaded.
 //
-//   tools/bazel run //dtensor/data:load_mnist_bench -- IMAGES LABELS [OFFSET LIMIT]
+//   tools/bazel run //dtensor/data:load_mnist_bench -- IMAGES LABELS [--offset=N --limit=N]
 //   tools/bazel run //dtensor/data:load_mnist_bench -- --synthetic N
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "cli/flags.h"
 #include "dtensor/data/idx.h"
 
 namespace {
@@ -44,24 +46,31 @@ void describe(const dtensor::data::MnistSplit& split) {
 
 int main(int argc, char** argv) {
   using namespace dtensor::data;
+  int64_t synthetic = 0, offset = 0, limit = -1;
+  std::vector<std::string> files;
+  dtensor::cli::Flags flags("load_mnist_bench",
+                            "Times load_mnist (and synthetic_digits) and prints what was loaded.");
+  flags.add_positional("files", &files, "IMAGES LABELS: the two IDX files (raw or .gz)");
+  flags.add_int("--offset", &offset, "first example loaded", 0);
+  flags.add_int("--limit", &limit, "examples loaded (-1: all)", -1);
+  flags.add_int("--synthetic", &synthetic, "time synthetic_digits(N) instead of files (0: off)", 0);
+  if (std::optional<int> code = flags.parse(argc, argv)) return *code;
   try {
-    if (argc == 3 && std::string(argv[1]) == "--synthetic") {
-      const int64_t n = std::atoll(argv[2]);
+    if (synthetic > 0) {
       MnistSplit split;
-      const double ms = best_ms(3, [&] { split = synthetic_digits(n, 1); });
-      fmt::print("synthetic_digits({}): {:.1f} ms\n", n, ms);
+      const double ms = best_ms(3, [&] { split = synthetic_digits(synthetic, 1); });
+      fmt::print("synthetic_digits({}): {:.1f} ms\n", synthetic, ms);
       describe(split);
       return 0;
     }
-    if (argc != 3 && argc != 5) {
-      fmt::print(stderr, "usage: {} IMAGES LABELS [OFFSET LIMIT] | --synthetic N\n", argv[0]);
+    if (files.size() != 2) {
+      fmt::print(stderr, "load_mnist_bench: expected IMAGES LABELS, got {} files\n{}", files.size(),
+                 flags.help());
       return 2;
     }
-    const int64_t offset = argc == 5 ? std::atoll(argv[3]) : 0;
-    const int64_t limit = argc == 5 ? std::atoll(argv[4]) : -1;
     MnistSplit split;
-    const double read_ms = best_ms(1, [&] { read_idx(argv[1]); });
-    const double ms = best_ms(5, [&] { split = load_mnist(argv[1], argv[2], offset, limit); });
+    const double read_ms = best_ms(1, [&] { read_idx(files[0]); });
+    const double ms = best_ms(5, [&] { split = load_mnist(files[0], files[1], offset, limit); });
     fmt::print("read_idx(images), first call: {:.1f} ms\nload_mnist, best of 5: {:.1f} ms\n",
                read_ms, ms);
     describe(split);

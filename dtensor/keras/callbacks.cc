@@ -1,7 +1,6 @@
 #include "dtensor/keras/callbacks.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +11,7 @@
 #include <iostream>
 #include <limits>
 
+#include "cli/progress.h"
 #include "dtensor/keras/trainer.h"
 #include "runtime/error.h"
 #include "runtime/process.h"
@@ -183,8 +183,10 @@ void MetricsLogger::track_state(const std::string& prefix, StateRefs& refs) {
   refs.ints.emplace_back(prefix + "length", &length_);
 }
 
-void MetricsLogger::on_epoch_end(int64_t epoch, const Logs& logs) {
+void MetricsLogger::on_epoch_end(int64_t epoch, const Logs& epoch_logs) {
   if (this_process().index != 0) return;
+  Logs logs = epoch_logs;
+  if (add_fields) add_fields(epoch, logs);
   const char* fn = "MetricsLogger";
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -241,8 +243,10 @@ ProgressBar::ProgressBar(std::ostream& out, Mode mode) : out_(out), mode_(mode) 
 
 void ProgressBar::on_train_begin(const Logs&) {
   if (mode_ == Mode::kAuto) {
-    bar_ = (&out_ == &std::cout && isatty(STDOUT_FILENO)) ||
-           (&out_ == &std::cerr && isatty(STDERR_FILENO));
+    // The examples' rule: a real terminal, and not a rank of an mpirun job (whose pty may be a
+    // file).
+    bar_ = (&out_ == &std::cout && cli::redraw_in_place(stdout)) ||
+           (&out_ == &std::cerr && cli::redraw_in_place(stderr));
   } else {
     bar_ = mode_ == Mode::kBar;
   }

@@ -160,6 +160,10 @@ class MetricsLogger : public Callback {
   void on_epoch_end(int64_t epoch, const Logs& logs) override;
   void track_state(const std::string& prefix, StateRefs& refs) override;
 
+  // Called with each epoch's row before it is written: adds fields the logs lack (wall time,
+  // examples/s, learning rate, step). Fields of the first row fix a CSV file's columns.
+  std::function<void(int64_t epoch, Logs& row)> add_fields;
+
  private:
   std::string path_;
   Format format_;

@@ -11,15 +11,11 @@
 // Its final weights are bit for bit those of a run that was never interrupted: compare the
 // "weights fnv1a64" line. Running the finished job once more trains nothing.
 //
-// Flags (--name=value): replicas (8; devices of the mesh `replica=N`), epochs (3),
-// per_replica_batch (16; the global batch is this times the replicas), lr (1e-3), seed (22),
-// checkpoint_dir (/tmp/dtensor_keras_ckpt; relative paths are taken from where `bazel run` was
-// started), save_every_steps (0: save every epoch), keep (3 checkpoints), crash_after_steps (0:
-// never; counts the steps of this process), train_examples (4000), data_dir (the four MNIST IDX
-// files, gz or raw, instead of synthetic digits), metrics_out (a .csv or JSON-lines file of the
-// epoch logs). Under mpirun, --virtual_cpus is taken by the runtime and --replicas is the total.
+// Flags: `--help` lists them with their defaults; relative paths are taken from where `bazel run`
+// was started. Under mpirun --replicas is the total over all processes.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +23,9 @@
 #include <optional>
 #include <string>
 
+#include "cli/flags.h"
+#include "cli/progress.h"
+#include "cli/tensorboard.h"
 #include "dtensor/data/idx.h"
 #include "dtensor/keras/checkpoint_callbacks.h"
 #include "dtensor/keras/layers.h"
@@ -53,60 +52,49 @@ struct Flags {
   int64_t train_examples = 4000;
   std::string data_dir;
   std::string metrics_out;
+  std::string tensorboard_dir;
 };
 
-// Paths given to `bazel run` are meant relative to where it was started, not to the runfiles.
-std::string from_invocation_dir(const std::string& path) {
-  const char* dir = std::getenv("BUILD_WORKING_DIRECTORY");
-  if (path.empty() || dir == nullptr || std::filesystem::path(path).is_absolute()) return path;
-  return (std::filesystem::path(dir) / path).string();
+void define_flags(cli::Flags& cli, Flags& f) {
+  cli.add_int("--replicas", &f.replicas,
+              "devices of the mesh replica=N, over all processes (split evenly among them)", 1);
+  cli.add_int("--epochs", &f.epochs, "epochs to train", 1);
+  cli.add_int("--per_replica_batch", &f.per_replica_batch,
+              "examples per replica per step (global batch: this times --replicas)", 1);
+  cli.add_double("--lr", &f.lr, "Adam learning rate", /*positive=*/true);
+  cli.add_uint("--seed", &f.seed, "seed of the weights, shuffling and synthetic data");
+  cli.add_path("--checkpoint_dir", &f.checkpoint_dir,
+               "folder of the numbered checkpoints; the newest is restored at start",
+               cli::PathKind::kOutputDir);
+  cli.add_int("--save_every_steps", &f.save_every_steps, "save every N steps (0: every epoch)", 0);
+  cli.add_int("--keep", &f.keep, "checkpoints kept", 1);
+  cli.add_int("--crash_after_steps", &f.crash_after_steps,
+              "exit with status 3 after N steps of this process, as a lost machine (0: never)", 0);
+  cli.add_int("--train_examples", &f.train_examples,
+              "training examples (a tenth held out for validation)", 10);
+  cli.add_path("--data_dir", &f.data_dir,
+               "folder with the MNIST IDX files (.gz or raw); only the t10k pair: 5000 train, "
+               "5000 test; empty: synthetic digits",
+               cli::PathKind::kInputDir);
+  cli.add_path("--metrics_out", &f.metrics_out, "epoch logs, .csv or JSON lines",
+               cli::PathKind::kOutputFile);
+  cli.add_path("--tensorboard_dir", &f.tensorboard_dir,
+               "folder for TensorBoard event files (the epoch logs as scalars)",
+               cli::PathKind::kOutputDir);
 }
 
-Flags parse_flags(int argc, char** argv) {
-  Flags f;
-  for (int i = 1; i < argc && argv[i] != nullptr; ++i) {
-    const std::string arg = argv[i];
-    const size_t eq = arg.find('=');
-    if (arg.rfind("--", 0) != 0 || eq == std::string::npos) {
-      throw_error<InvalidArgumentError>("train", "expected --name=value, got '{}'", arg);
-    }
-    const std::string name = arg.substr(2, eq - 2), value = arg.substr(eq + 1);
-    if (name == "replicas") {
-      f.replicas = std::stoll(value);
-    } else if (name == "epochs") {
-      f.epochs = std::stoll(value);
-    } else if (name == "per_replica_batch") {
-      f.per_replica_batch = std::stoll(value);
-    } else if (name == "lr") {
-      f.lr = std::stod(value);
-    } else if (name == "seed") {
-      f.seed = std::stoull(value);
-    } else if (name == "checkpoint_dir") {
-      f.checkpoint_dir = from_invocation_dir(value);
-    } else if (name == "save_every_steps") {
-      f.save_every_steps = std::stoll(value);
-    } else if (name == "keep") {
-      f.keep = std::stoll(value);
-    } else if (name == "crash_after_steps") {
-      f.crash_after_steps = std::stoll(value);
-    } else if (name == "train_examples") {
-      f.train_examples = std::stoll(value);
-    } else if (name == "data_dir") {
-      f.data_dir = from_invocation_dir(value);
-    } else if (name == "metrics_out") {
-      f.metrics_out = from_invocation_dir(value);
-    } else {
-      throw_error<InvalidArgumentError>("train", "unknown flag --{}", name);
-    }
-  }
-  return f;
-}
-
-std::string mnist_file(const std::string& dir, const std::string& name) {
+// The IDX file `name` (raw or .gz) in `dir`, or "" when there is none.
+std::string find_mnist_file(const std::string& dir, const std::string& name) {
   for (const std::string& p : {dir + "/" + name + ".gz", dir + "/" + name}) {
     if (std::filesystem::exists(p)) return p;
   }
-  throw_error<IoError>("train", "no {}[.gz] in '{}'", name, dir);
+  return "";
+}
+
+std::string mnist_file(const std::string& dir, const std::string& name) {
+  std::string path = find_mnist_file(dir, name);
+  if (path.empty()) throw_error<IoError>("train", "no {}[.gz] in '{}'", name, dir);
+  return path;
 }
 
 // Train, validation and test splits: the guide holds out 10000 training examples for validation;
@@ -121,11 +109,19 @@ Splits load(const Flags& f) {
     train = data::synthetic_digits(f.train_examples, f.seed);
     test = data::synthetic_digits(1000, f.seed + 1);
   } else {
-    train =
-        data::load_mnist(mnist_file(f.data_dir, "train-images-idx3-ubyte"),
-                         mnist_file(f.data_dir, "train-labels-idx1-ubyte"), 0, f.train_examples);
-    test = data::load_mnist(mnist_file(f.data_dir, "t10k-images-idx3-ubyte"),
-                            mnist_file(f.data_dir, "t10k-labels-idx1-ubyte"));
+    const std::string test_images = mnist_file(f.data_dir, "t10k-images-idx3-ubyte");
+    const std::string test_labels = mnist_file(f.data_dir, "t10k-labels-idx1-ubyte");
+    const std::string train_images = find_mnist_file(f.data_dir, "train-images-idx3-ubyte");
+    const std::string train_labels = find_mnist_file(f.data_dir, "train-labels-idx1-ubyte");
+    if (!train_images.empty() && !train_labels.empty()) {
+      train = data::load_mnist(train_images, train_labels, 0, f.train_examples);
+      test = data::load_mnist(test_images, test_labels);
+    } else {
+      // Only the test set, as in the MNIST example: its first half trains, its second half tests.
+      train =
+          data::load_mnist(test_images, test_labels, 0, std::min<int64_t>(f.train_examples, 5000));
+      test = data::load_mnist(test_images, test_labels, 5000, 5000);
+    }
   }
   const int64_t n = train.labels.dim(0), held_out = n / 10;
   auto rows = [](const Tensor& t, int64_t begin, int64_t end) {
@@ -219,12 +215,53 @@ int train(Runtime& rt, const Flags& f) {
     fmt::print("resumed from {}/ckpt-{}: epoch {}, step {} of it\n", f.checkpoint_dir,
                *checkpoints.restored_step(), epoch + 1, trainer.counters().step_in_epoch);
   };
+  // The progress display shared with the MNIST example (redrawn only on a real terminal).
+  cli::Progress progress(f.epochs, main_process);
+  keras::LambdaCallback display;
+  auto metrics_of = [](const keras::Logs& logs) {
+    cli::Metrics m;
+    for (const char* name : {"loss", "accuracy", "val_loss", "val_accuracy"}) {
+      if (auto it = logs.find(name); it != logs.end()) m.emplace_back(name, it->second);
+    }
+    return m;
+  };
+  display.epoch_begin = [&](int64_t epoch, const keras::Logs&) {
+    progress.begin_epoch(epoch, trainer.params().steps_per_epoch, trainer.counters().step_in_epoch);
+  };
+  display.batch_end = [&](int64_t batch, const keras::Logs& logs) {
+    progress.step(batch + 1, metrics_of(logs));
+  };
+  std::optional<cli::EventWriter> events;
+  if (main_process && !f.tensorboard_dir.empty()) events.emplace(f.tensorboard_dir);
+  double epoch_seconds = 0;
+  int64_t epoch_first_step = 0;
+  display.epoch_begin = [&, begin = display.epoch_begin](int64_t epoch, const keras::Logs& logs) {
+    epoch_first_step = trainer.counters().step_in_epoch;
+    begin(epoch, logs);
+  };
+  display.epoch_end = [&](int64_t epoch, const keras::Logs& logs) {
+    epoch_seconds = progress.end_epoch(metrics_of(logs));
+    if (events) {
+      for (const auto& [name, value] : logs) events->scalar("epoch_" + name, value, epoch + 1);
+    }
+  };
   keras::FitOptions options;
   options.epochs = f.epochs;
   options.validation_data = &val_data;
-  options.callbacks = {&checkpoints, &crash};
-  if (logger) options.callbacks.push_back(&*logger);
-  if (!main_process) options.verbose = keras::Verbosity::kSilent;
+  options.callbacks = {&checkpoints, &crash, &display};
+  if (logger) {
+    // Runs after `display`, which timed the epoch.
+    logger->add_fields = [&](int64_t, keras::Logs& row) {
+      const int64_t steps = trainer.params().steps_per_epoch - epoch_first_step;
+      row["step"] = static_cast<double>(trainer.counters().global_step);
+      row["lr"] = f.lr;
+      row["wall_s"] = epoch_seconds;
+      row["examples_per_s"] =
+          epoch_seconds > 0 ? static_cast<double>(steps * global_batch) / epoch_seconds : 0;
+    };
+    options.callbacks.push_back(&*logger);
+  }
+  options.verbose = keras::Verbosity::kSilent;
 
   keras::History history = trainer.fit(train_data, options);
   if (main_process) {
@@ -247,6 +284,13 @@ int train(Runtime& rt, const Flags& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return dtensor::run_main(
-      argc, argv, [&](dtensor::Runtime& rt) { return train(rt, parse_flags(argc, argv)); });
+  return dtensor::run_main(argc, argv, [&](dtensor::Runtime& rt) {
+    Flags flags;
+    dtensor::cli::Flags cli("train",
+                            "The Keras distributed-training guide: MirroredStrategy, fit, "
+                            "checkpoints and resume.");
+    define_flags(cli, flags);
+    if (std::optional<int> code = cli.parse(argc, argv, rt.process_index() == 0)) return *code;
+    return train(rt, flags);
+  });
 }

@@ -6,26 +6,25 @@
 //   tools/bazel run //examples/mnist:train -- --data_dir=/path/to/mnist --plot=/tmp/m.png
 //   tools/bazel run //examples/mnist:train -- --mesh=batch=2,model=4
 //
-// Flags (--name=value): data_dir, train_limit, test_limit, mesh, epochs, batch_size, lr, seed,
-// metrics_out (one JSON object per epoch), plot (PNG of loss and accuracy per epoch: blue train,
-// orange test). With --data_dir, the four standard MNIST files (gz or raw) are read; when only
-// the t10k files are there, examples [0, 5000) train and [5000, 10000) test.
-#include <unistd.h>
-
+// Flags: `--help` lists them with their defaults. With --data_dir, the four standard MNIST files
+// (gz or raw) are read; when only the t10k files are there, examples [0, 5000) train and
+// [5000, 10000) test.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <string>
 
+#include "cli/flags.h"
+#include "cli/plot.h"
+#include "cli/progress.h"
+#include "cli/tensorboard.h"
 #include "dtensor/data/dataset.h"
 #include "dtensor/data/idx.h"
 #include "dtensor/optim/optimizers.h"
 #include "dtensor/runtime.h"
 #include "dtensor/virtual_devices.h"
 #include "examples/mnist/model.h"
-#include "examples/mnist/plot.h"
 #include "ops/autograd.h"
 #include "ops/ops.h"
 
@@ -44,44 +43,48 @@ struct Flags {
   uint64_t seed = 22;
   std::string metrics_out;
   std::string plot;
+  std::string tensorboard_dir;
 };
 
-Flags parse_flags(int argc, char** argv) {
-  Flags f;
-  std::map<std::string, std::string> given;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    size_t eq = arg.find('=');
-    if (arg.rfind("--", 0) != 0 || eq == std::string::npos) {
-      throw_error<InvalidArgumentError>("train", "expected --name=value, got '{}'", arg);
+// "batch=8" or "batch=2,model=4": the first dim shards the batch, a `model` dim the hidden layers.
+std::string check_mesh(const std::string& text) {
+  std::vector<MeshDim> dims;
+  try {
+    dims = parse_mesh_dims(text);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  if (dims.empty() || dims[0].name != "batch") {
+    return "the first mesh dim must be 'batch', got '" + text + "'";
+  }
+  for (const MeshDim& d : dims) {
+    if (d.name != "batch" && d.name != "model") {
+      return "unknown mesh dim '" + d.name + "' in '" + text + "' (known: batch, model)";
     }
-    given[arg.substr(2, eq - 2)] = arg.substr(eq + 1);
   }
-  for (const auto& [name, value] : given) {
-    if (name == "data_dir")
-      f.data_dir = value;
-    else if (name == "train_limit")
-      f.train_limit = std::stoll(value);
-    else if (name == "test_limit")
-      f.test_limit = std::stoll(value);
-    else if (name == "mesh")
-      f.mesh = value;
-    else if (name == "epochs")
-      f.epochs = std::stoll(value);
-    else if (name == "batch_size")
-      f.batch_size = std::stoll(value);
-    else if (name == "lr")
-      f.lr = std::stod(value);
-    else if (name == "seed")
-      f.seed = std::stoull(value);
-    else if (name == "metrics_out")
-      f.metrics_out = value;
-    else if (name == "plot")
-      f.plot = value;
-    else
-      throw_error<InvalidArgumentError>("train", "unknown flag --{}", name);
-  }
-  return f;
+  return "";
+}
+
+void define_flags(cli::Flags& cli, Flags& f) {
+  cli.add_path("--data_dir", &f.data_dir,
+               "folder with the MNIST IDX files (.gz or raw); only the t10k pair: 5000 train, "
+               "5000 test; empty: synthetic digits",
+               cli::PathKind::kInputDir);
+  cli.add_int("--train_limit", &f.train_limit, "use only the first N training examples (-1: all)",
+              -1);
+  cli.add_int("--test_limit", &f.test_limit, "use only the first N test examples (-1: all)", -1);
+  cli.add_string("--mesh", &f.mesh, "mesh dims: batch=N, optionally model=M", check_mesh);
+  cli.add_int("--epochs", &f.epochs, "epochs to train", 1);
+  cli.add_int("--batch_size", &f.batch_size, "global batch size", 1);
+  cli.add_double("--lr", &f.lr, "Adam learning rate", /*positive=*/true);
+  cli.add_uint("--seed", &f.seed, "seed of the weights, shuffling and synthetic data");
+  cli.add_path("--metrics_out", &f.metrics_out, "JSON lines file, one object per epoch",
+               cli::PathKind::kOutputFile);
+  cli.add_path("--plot", &f.plot, "PNG of loss and accuracy per epoch, train and test",
+               cli::PathKind::kOutputFile);
+  cli.add_path("--tensorboard_dir", &f.tensorboard_dir,
+               "folder for TensorBoard event files (loss and accuracy scalars per epoch)",
+               cli::PathKind::kOutputDir);
 }
 
 std::string find_file(const std::string& dir, const std::string& name) {
@@ -140,30 +143,11 @@ std::pair<double, double> batch_sums(const DTensor& logits, const DTensor& label
   return {to_global(loss).data<float>()[0], to_global(correct).data<float>()[0]};
 }
 
-class Progress {
- public:
-  Progress(int64_t epoch, int64_t epochs, int64_t total, bool show)
-      : epoch_(epoch), epochs_(epochs), total_(total), tty_(show && isatty(fileno(stderr))) {}
-  void update(int64_t done, double loss) {
-    if (!tty_) return;
-    const int width = 30;
-    int filled = total_ > 0 ? static_cast<int>(width * done / total_) : width;
-    std::fprintf(stderr, "\rEpoch %lld/%lld [%s%s] %lld/%lld loss %.4f",
-                 static_cast<long long>(epoch_), static_cast<long long>(epochs_),
-                 std::string(filled, '=').c_str(), std::string(width - filled, ' ').c_str(),
-                 static_cast<long long>(done), static_cast<long long>(total_), loss);
-  }
-  void finish() {
-    if (tty_) std::fprintf(stderr, "\r\033[K");
-  }
-
- private:
-  int64_t epoch_, epochs_, total_;
-  bool tty_;
-};
-
 int run(int argc, char** argv, const Runtime& rt) {
-  Flags flags = parse_flags(argc, argv);
+  Flags flags;
+  cli::Flags cli("train", "Trains an MLP on MNIST over a mesh of virtual CPU devices.");
+  define_flags(cli, flags);
+  if (std::optional<int> code = cli.parse(argc, argv, rt.process_index() == 0)) return *code;
   std::vector<MeshDim> dims = parse_mesh_dims(flags.mesh);
   int64_t devices = 1;
   for (const MeshDim& d : dims) devices *= d.size;
@@ -197,9 +181,12 @@ int run(int argc, char** argv, const Runtime& rt) {
   std::ofstream metrics;
   if (reporter && !flags.metrics_out.empty()) metrics.open(flags.metrics_out);
   std::vector<double> train_loss, train_acc, test_loss, test_acc;
+  cli::Progress progress(flags.epochs, reporter);
+  std::optional<cli::EventWriter> events;
+  if (reporter && !flags.tensorboard_dir.empty()) events.emplace(flags.tensorboard_dir);
+  int64_t global_step = 0;
   for (int64_t epoch = 0; epoch < flags.epochs; ++epoch) {
-    auto start = std::chrono::steady_clock::now();
-    Progress progress(epoch + 1, flags.epochs, train.batches_per_epoch(), reporter);
+    progress.begin_epoch(epoch, train.batches_per_epoch());
     double loss_sum = 0, correct = 0;
     int64_t seen = 0, step = 0;
     for (int64_t b = 0; b < train.batches_per_epoch(); ++b) {
@@ -214,9 +201,9 @@ int run(int argc, char** argv, const Runtime& rt) {
       loss_sum += l;
       correct += c;
       seen += batch->size;
-      progress.update(++step, loss_sum / seen);
+      ++global_step;
+      progress.step(++step, {{"loss", loss_sum / seen}, {"accuracy", correct / seen}});
     }
-    progress.finish();
     EpochMetrics tr{loss_sum / std::max<int64_t>(seen, 1), correct / std::max<int64_t>(seen, 1)};
     test.restore({0, 0});
     double test_loss_sum = 0, test_correct = 0;
@@ -229,19 +216,27 @@ int run(int argc, char** argv, const Runtime& rt) {
     }
     EpochMetrics te{test_loss_sum / std::max<int64_t>(test_seen, 1),
                     test_correct / std::max<int64_t>(test_seen, 1)};
-    double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (reporter)
-      std::printf("epoch %lld: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.1fs\n",
-                  static_cast<long long>(epoch + 1), tr.loss, tr.accuracy, te.loss, te.accuracy,
-                  seconds);
-    std::fflush(stdout);
+    const double seconds = progress.end_epoch({{"loss", tr.loss},
+                                               {"accuracy", tr.accuracy},
+                                               {"test_loss", te.loss},
+                                               {"test_accuracy", te.accuracy}});
     if (metrics.is_open()) {
       metrics.precision(9);
-      metrics << "{\"epoch\":" << epoch + 1 << ",\"train_loss\":" << tr.loss
-              << ",\"train_acc\":" << tr.accuracy << ",\"test_loss\":" << te.loss
-              << ",\"test_acc\":" << te.accuracy << "}\n";
+      metrics << "{\"epoch\":" << epoch + 1 << ",\"step\":" << global_step
+              << ",\"train_loss\":" << tr.loss << ",\"train_acc\":" << tr.accuracy
+              << ",\"test_loss\":" << te.loss << ",\"test_acc\":" << te.accuracy
+              << ",\"lr\":" << flags.lr << ",\"wall_s\":" << seconds
+              << ",\"examples_per_s\":" << static_cast<double>(seen) / std::max(seconds, 1e-9)
+              << "}\n";
       metrics.flush();
+    }
+    if (events) {
+      events->scalar("loss/train", tr.loss, epoch + 1);
+      events->scalar("loss/test", te.loss, epoch + 1);
+      events->scalar("accuracy/train", tr.accuracy, epoch + 1);
+      events->scalar("accuracy/test", te.accuracy, epoch + 1);
+      events->scalar("examples_per_second", static_cast<double>(seen) / std::max(seconds, 1e-9),
+                     epoch + 1);
     }
     train_loss.push_back(tr.loss);
     train_acc.push_back(tr.accuracy);
@@ -249,9 +244,14 @@ int run(int argc, char** argv, const Runtime& rt) {
     test_acc.push_back(te.accuracy);
   }
   if (reporter && !flags.plot.empty()) {
-    examples::write_line_chart_png(flags.plot,
-                                   {{"loss", {{"train", train_loss}, {"test", test_loss}}},
-                                    {"accuracy", {{"train", train_acc}, {"test", test_acc}}}});
+    cli::write_training_plot(
+        flags.plot,
+        {{"Loss per epoch",
+          "cross-entropy loss",
+          {{"train", train_loss}, {"test", test_loss}},
+          0.0,
+          std::nullopt},
+         {"Accuracy per epoch", "accuracy", {{"train", train_acc}, {"test", test_acc}}, 0.0, 1.0}});
     std::printf("plot: %s\n", flags.plot.c_str());
   }
   return 0;

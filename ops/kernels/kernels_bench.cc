@@ -7,8 +7,10 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <random>
 
+#include "cli/flags.h"
 #include "ops/kernels/kernels.h"
 
 using namespace dtensor;
@@ -44,7 +46,11 @@ void report_bandwidth(const char* what, double bytes, double seconds) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  dtensor::cli::Flags flags("kernels_bench",
+                            "Times the hot CPU kernels (matmul, elementwise, reductions, softmax) "
+                            "next to OpenBLAS and memcpy.");
+  if (std::optional<int> code = flags.parse(argc, argv)) return *code;
   const int64_t n = 1024;
   Tensor a = random_f32({n, n}), b = random_f32({n, n});
   for (int threads : {1, 2}) {
