@@ -217,6 +217,24 @@ TEST_CASE("mul and div by a non-finite factor do not pass a partial sum through"
   CHECK(collective_stats().count(CollectiveKind::kAllReduce) == (mesh.num_processes() > 1 ? 2 : 0));
 }
 
+TEST_CASE("scale of a partial sum by a non-finite factor gives the single-device result") {
+  // Regression: scale(partial, inf) scaled every device's term, and the zero terms gave
+  // inf * 0 = NaN where the single-device result is ±inf.
+  const Mesh mesh = test_mesh({{"batch", 8}});
+  const Tensor p = f32({2, 3}, {3, 5, -2, 0, 2, 4});
+  const Layout partial({"unsharded", "unsharded"}, mesh, {{"batch", ReduceOp::kSum}});
+  for (double alpha :
+       {static_cast<double>(kInf), -static_cast<double>(kInf), static_cast<double>(kNaN), 2.5}) {
+    for (uint64_t seed = 0; seed < 3; ++seed) {
+      DTensor dp = seed == 0 ? distribute(p, partial) : distribute_with_terms(p, partial, seed);
+      check_same(to_global(scale(dp, alpha)), kernels::scale(p, alpha),
+                 fmt::format("p * {}", alpha));
+    }
+  }
+  // A finite factor still passes the partial sum through.
+  CHECK(scale(distribute_with_terms(p, partial, 5), 2.5).layout().is_partial());
+}
+
 TEST_CASE("integer div of a partial sum divides the sum, not each term") {
   // Regression: div passed a partial-sum dividend through for every dtype, but integer division
   // truncates each term: (3 + 4) / 2 is 3, 3 / 2 + 4 / 2 is 3 only by luck, 1 / 2 + 1 / 2 is 0.

@@ -203,7 +203,12 @@ DTensor fwd_gelu(const DTensor& x) { return unary_op("gelu", UnaryOp::kGelu, x);
 DTensor fwd_scale(const DTensor& x, double alpha) {
   OpSignature sig{
       "scale", {{iota_letters(x.rank()), true}}, iota_letters(x.rank()), Linearity::kMultilinear};
-  return expand(sig, {&x}, x.shape(), x.dtype(), static_cast<double>(x.num_elements()),
+  // A non-finite factor times a partial sum's zero terms gives NaN where one device gives ±inf:
+  // only a finite factor may pass the partial sum through.
+  const DTensor in = std::isfinite(alpha) || !x.layout().is_partial()
+                         ? x
+                         : relayout(x, x.layout().without_partial());
+  return expand(sig, {&in}, x.shape(), x.dtype(), static_cast<double>(x.num_elements()),
                 [alpha](const Shards& s) { return kernels::scale(s[0], alpha); });
 }
 
