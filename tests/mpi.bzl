@@ -20,3 +20,37 @@ def mpi_test(name, binary, processes = [2, 4], args = [], size = "medium", **kwa
             data = [binary, "//tests:mpirun_test.sh"],
             **kwargs
         )
+
+def catch_test_with_mpi(name, srcs, deps, mpi_name, size = "small", mpi_args = ["~[local]"], **kwargs):
+    """One Catch2 suite run twice: in one process, and under mpirun with 2 and 4 processes.
+
+    Generates the cc_test `name`, the binary `<name>_mpi` (linked with //tests:mpi_catch_main) and
+    the mpi_test `mpi_name` (`<mpi_name>_np2`, `<mpi_name>_np4`).
+
+    Args:
+      name: the one-process cc_test.
+      srcs: the suite's sources.
+      deps: its dependencies, without a Catch2 main.
+      mpi_name: prefix of the mpirun tests.
+      size: size of the one-process test.
+      mpi_args: arguments for the mpirun runs (by default tests tagged [local] are left out).
+      **kwargs: passed on to the cc_test.
+    """
+    native.cc_test(
+        name = name,
+        size = size,
+        srcs = srcs,
+        deps = deps + ["//tests:catch_main"],
+        **kwargs
+    )
+    native.cc_binary(
+        name = name + "_mpi",
+        testonly = True,
+        srcs = srcs,
+        deps = deps + ["//tests:mpi_catch_main"],
+    )
+    mpi_test(
+        name = mpi_name,
+        args = mpi_args,
+        binary = ":%s_mpi" % name,
+    )
