@@ -52,21 +52,23 @@ std::string show(double v) {
 
 // Whether a file can be opened for writing here; leaves no new file behind.
 std::string writable_file(const std::string& flag, const fs::path& path) {
-  std::error_code ec;
-  bool existed = fs::exists(path, ec);
-  int fd = existed ? ::open(path.c_str(), O_WRONLY | O_CLOEXEC)
-                   : ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0 && !existed && errno == EEXIST) {
-    // Another process of the same job (every rank checks its flags) made it meanwhile.
-    existed = true;
+  // Every rank of an mpirun job checks its flags at once: a file another rank is creating and
+  // removing again may appear or vanish between two calls, so retry on those two answers.
+  int fd = -1;
+  bool created = false;
+  for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
+    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    created = fd >= 0;
+    if (fd >= 0 || errno != EEXIST) break;
     fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd >= 0 || errno != ENOENT) break;
   }
   if (fd < 0) {
     return flag + ": cannot write '" + path.string() +
            "': " + std::error_code(errno, std::generic_category()).message();
   }
   ::close(fd);
-  if (!existed) ::unlink(path.c_str());
+  if (created) ::unlink(path.c_str());
   return "";
 }
 
