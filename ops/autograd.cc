@@ -1,6 +1,7 @@
 #include "ops/autograd.h"
 
 #include <algorithm>
+#include <cstring>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -133,14 +134,15 @@ void record_op(const std::vector<const DTensor*>& inputs, const DTensor& output,
   record_on_tapes(inputs, output, std::move(vjp), /*placeholder=*/false);
 }
 
-void note_untraced(const std::string& op, const std::vector<const DTensor*>& inputs,
+void note_untraced(const char* op, const std::vector<const DTensor*>& inputs,
                    const DTensor& output) {
   if (!tape_active() || !is_floating(output.dtype())) return;
   bool tracked = false;
   for (size_t t = 0; t < tapes.active.size() && !tracked; ++t)
     tracked = depends_on_tracked(t, inputs, /*floating_only=*/true);
   if (!tracked) return;
-  const std::string name = op.substr(0, op.find_first_of(":,"));
+  // Callers pass the op's name; anything from ':' or ',' on is a key's attributes, left out.
+  const std::string name(op, std::strcspn(op, ":,"));
   Vjp missing = [name, what = output.short_string()](const DTensor&) -> Grads {
     throw_error<UnimplementedError>(
         "GradientTape::gradient",

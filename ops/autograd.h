@@ -78,11 +78,12 @@ class NoRecord {
 bool tape_active();
 void record_op(const std::vector<const DTensor*>& inputs, const DTensor& output, Vjp vjp);
 
-// For op expansions: `op` (an op key; its name is the part before ':' or ',') computed `output`
-// from `inputs`. While a tape records and `output` is floating and depends on a watched value,
-// this leaves a placeholder whose VJP throws UnimplementedError naming the op; an op with a VJP
-// replaces it by recording `output` (or runs its forward pass under NoRecord, so nothing is left).
-void note_untraced(const std::string& op, const std::vector<const DTensor*>& inputs,
+// For op expansions: the op named `op` (its public name, as errors print it; anything from ':'
+// or ',' on is taken for attributes and left out) computed `output` from `inputs`. While a tape
+// records and `output` is floating and depends on a watched value, this leaves a placeholder whose
+// VJP throws UnimplementedError naming the op; an op with a VJP replaces it by recording `output`
+// (or runs its forward pass under NoRecord, so nothing is left).
+void note_untraced(const char* op, const std::vector<const DTensor*>& inputs,
                    const DTensor& output);
 
 // For VJPs: false while a tape runs the VJP of an op whose input `input` depends on no watched

@@ -185,6 +185,10 @@ void append(std::string& key, const void* data, size_t n) {
 
 std::string cache_key(const OpSignature& sig, const std::vector<const DTensor*>& inputs) {
   std::string key = sig.op;
+  if (!sig.attributes.empty()) {
+    key.push_back(':');  // op names are identifiers, so the split is unambiguous
+    key += sig.attributes;
+  }
   key.push_back('\0');
   uint64_t fp = inputs[0]->mesh().fingerprint();
   append(key, &fp, sizeof(fp));

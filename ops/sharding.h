@@ -13,7 +13,7 @@
 //     Otherwise partial inputs are reduced first.
 // Among all assignments the rule picks the one whose relayouts move the fewest bytes (the
 // relayout planner's cost model), preferring sharded over replicated work on ties. Results are
-// cached by (op key, input layouts and shapes). Thread-safe.
+// cached by (op, attributes, input layouts and shapes). Thread-safe.
 #pragma once
 
 #include <memory>
@@ -35,7 +35,12 @@ struct OperandDims {
 constexpr int kBroadcastDim = -1;
 
 struct OpSignature {
-  std::string op;  // names the op in errors and in the cache key (with its attributes)
+  // The public op's name ("layer_norm"): errors print it. A string literal (not copied).
+  const char* op;
+  // What, besides the inputs' ranks, shapes and layouts, fixes the letters below (matmul's
+  // transposes, a reduction's axes): with `op` it keys the decision cache, and never appears in
+  // errors. Empty for most ops.
+  std::string attributes;
   std::vector<OperandDims> operands;
   std::vector<int> output_letters;  // kBroadcastDim: a new output dim, always unsharded
   Linearity linearity = Linearity::kNone;
