@@ -7,7 +7,12 @@
 // the reduction happens once, where a consumer needs it (or at relayout). Nothing silently
 // replicates: an input is only moved when the rule needs it elsewhere, by the cheapest relayout.
 //
-// All inputs of an op must be on one mesh (MeshError otherwise). Ops are thread-safe.
+// All inputs of an op must be on one mesh (MeshError otherwise). Errors name the op as declared
+// here ("[layer_norm] ..."), never its attributes. Ops are thread-safe.
+//
+// This header is the whole op API, one section per op family; each family is implemented in the
+// file its section names, where every op has its validation, sharding signature, expansion and
+// VJP side by side. ops/README.md says which files a new op (or a new family) touches.
 #pragma once
 
 #include <optional>
@@ -17,6 +22,8 @@
 #include "runtime/reduce_op.h"
 
 namespace dtensor {
+
+// ---- Elementwise (ops/elementwise.cc) ----
 
 // Elementwise unary.
 DTensor neg(const DTensor& x);
@@ -50,9 +57,13 @@ DTensor greater_equal(const DTensor& a, const DTensor& b);
 DTensor where(const DTensor& cond, const DTensor& a, const DTensor& b);
 DTensor cast(const DTensor& x, DType dtype);
 
+// ---- Matmul (ops/matmul.cc) ----
+
 // [..., m, k] x [..., k, n] with broadcast batch dims; transposes swap the last two dims.
 DTensor matmul(const DTensor& a, const DTensor& b, bool transpose_a = false,
                bool transpose_b = false);
+
+// ---- Reductions (ops/reductions.cc) ----
 
 // Reductions over `axes` (negative counts from the end; empty = all). Over a sharded axis the
 // result is partial (sum, max, min) until consumed; mean divides by the global count.
@@ -62,13 +73,16 @@ DTensor reduce_max(const DTensor& x, std::vector<int64_t> axes = {}, bool keepdi
 DTensor reduce_min(const DTensor& x, std::vector<int64_t> axes = {}, bool keepdims = false);
 DTensor argmax(const DTensor& x, int64_t axis, bool keepdims = false);
 
+// ---- Softmax and losses (ops/softmax.cc) ----
+
 // Numerically stable along `axis`, also when that axis is sharded.
 DTensor softmax(const DTensor& x, int64_t axis = -1);
 DTensor log_softmax(const DTensor& x, int64_t axis = -1);
 DTensor logsumexp(const DTensor& x, int64_t axis = -1, bool keepdims = false);
 // Per-example loss of logits [..., C] and integer labels [...].
 DTensor sparse_softmax_cross_entropy(const DTensor& logits, const DTensor& labels);
-DTensor one_hot(const DTensor& indices, int64_t depth, DType dtype = DType::kF32);
+
+// ---- Shape ops (ops/shape_ops.cc) ----
 
 // `shape` may hold one -1, inferred. Sharded dims stay sharded when every dim up to them is
 // unchanged (flattening the trailing dims of a batch-sharded tensor moves nothing).
@@ -85,9 +99,17 @@ DTensor concat(const std::vector<DTensor>& xs, int64_t axis);
 // The box at `begin` of extent `size` (-1: to the end). Dims that are cut are gathered first;
 // dims taken whole keep their sharding.
 DTensor slice(const DTensor& x, const std::vector<int64_t>& begin, const Shape& size);
+
+// ---- Gather and scatter (ops/gather.cc) ----
+
 // Rows of `params` along `axis` (kept unsharded) at integer `indices` (an embedding lookup when
 // axis is 0); the result's index dims take the indices' sharding.
 DTensor gather(const DTensor& params, const DTensor& indices, int64_t axis = 0);
+// The one-hot encoding of integer `indices` along a new last dim of size `depth`.
+DTensor one_hot(const DTensor& indices, int64_t depth, DType dtype = DType::kF32);
+
+// ---- Normalisation (ops/normalization.cc) ----
+
 // Normalises over the last dim (kept unsharded) and applies gamma and beta of shape [D].
 DTensor layer_norm(const DTensor& x, const DTensor& gamma, const DTensor& beta, double eps = 1e-5);
 

@@ -464,6 +464,65 @@ TEST_CASE("ops reject bad inputs with clear errors") {
                        Message("[where] condition f32[2,3] [unsharded,unsharded] must be bool"));
 }
 
+// Ops whose sharding-cache key carries attributes (eps, axes, transposes, an axis) name only the
+// op in their errors, on every path: validation, the expansion's mesh check, the local kernel.
+TEST_CASE("errors name the op, never its cache key") {
+  Mesh mesh = test_mesh({{"batch", 8}});
+  Mesh other = test_mesh({{"model", 8}});
+  Layout rep2 = Layout::replicated(mesh, 2);
+  Layout cols = Layout({Layout::kUnsharded, "batch"}, mesh);
+  DTensor x = distribute(Tensor::zeros({2, 8}, DType::kF32), rep2);
+  DTensor gamma = distribute(Tensor::zeros({8}, DType::kF32), Layout::replicated(mesh, 1));
+  DTensor gamma3 = distribute(Tensor::zeros({3}, DType::kF32), Layout::replicated(mesh, 1));
+  DTensor gamma_other = distribute(Tensor::zeros({8}, DType::kF32), Layout::replicated(other, 1));
+  CHECK_THROWS_MATCHES(layer_norm(x, gamma_other, gamma, 1e-3), MeshError,
+                       Message("[layer_norm] inputs f32[2,8] [unsharded,unsharded] and f32[8] "
+                               "[unsharded] are on different meshes (batch=8 and model=8)"));
+  CHECK_THROWS_MATCHES(layer_norm(x, gamma3, gamma, 1e-3), ShapeError,
+                       Message("[layer_norm] gamma f32[3] [unsharded] and beta f32[8] [unsharded] "
+                               "must be [D] for x f32[2,8] [unsharded,unsharded]"));
+  CHECK_THROWS_MATCHES(layer_norm(x, gamma, gamma, -1.0), InvalidArgumentError,
+                       Message("[layer_norm] eps must be >= 0, got -1"));
+
+  DTensor flags = distribute(Tensor::zeros({2, 8}, DType::kBool), cols);
+  CHECK_THROWS_MATCHES(reduce_sum(flags, {0, 1}, true), DTypeError,
+                       Message("[reduce_sum] unsupported dtype bool: bool[2,1]"));
+  CHECK_THROWS_MATCHES(reduce_max(x, {1, 1}, true), InvalidArgumentError,
+                       Message("[reduce_max] repeated axis in reduction of f32[2,8] "
+                               "[unsharded,unsharded]"));
+
+  DTensor x_other = distribute(Tensor::zeros({2, 8}, DType::kF32), Layout::replicated(other, 2));
+  CHECK_THROWS_MATCHES(matmul(x, x_other, false, true), MeshError,
+                       Message("[matmul] inputs f32[2,8] [unsharded,unsharded] and f32[2,8] "
+                               "[unsharded,unsharded] are on different meshes (batch=8 and "
+                               "model=8)"));
+  CHECK_THROWS_MATCHES(matmul(x, x, true, true), ShapeError,
+                       Message("[matmul] contraction dims differ (2 vs 8): f32[2,8] "
+                               "[unsharded,unsharded]^T x f32[2,8] [unsharded,unsharded]^T"));
+  DTensor flags_rep = distribute(Tensor::zeros({2, 8}, DType::kBool), rep2);
+  CHECK_THROWS_MATCHES(matmul(flags_rep, flags_rep, false, true), DTypeError,
+                       Message("[matmul] unsupported dtype bool: bool[2,8] x bool[2,8]^T"));
+
+  // Regression: over a sharded axis the softmax family failed in an internal op
+  // ("[softmax_shift] unsupported dtype i32: i32[2,1]"). Both paths now give one error.
+  DTensor ints = distribute(Tensor::zeros({2, 8}, DType::kI32), cols);
+  const std::string described = ": i32[2,8] [unsharded,batch]";
+  CHECK_THROWS_MATCHES(softmax(ints, 1), DTypeError,
+                       Message("[softmax] unsupported dtype i32" + described));
+  CHECK_THROWS_MATCHES(softmax(ints, 0), DTypeError,
+                       Message("[softmax] unsupported dtype i32" + described));
+  CHECK_THROWS_MATCHES(log_softmax(ints, -1), DTypeError,
+                       Message("[log_softmax] unsupported dtype i32" + described));
+  CHECK_THROWS_MATCHES(logsumexp(ints, 1, true), DTypeError,
+                       Message("[logsumexp] unsupported dtype i32" + described));
+  DTensor labels = distribute(Tensor::zeros({2}, DType::kI32), Layout::replicated(mesh, 1));
+  CHECK_THROWS_MATCHES(sparse_softmax_cross_entropy(ints, labels), DTypeError,
+                       Message("[sparse_softmax_cross_entropy] unsupported dtype i32" + described));
+  CHECK_THROWS_MATCHES(softmax(x, 2), InvalidArgumentError,
+                       Message("[softmax] axis 2 is out of range for f32[2,8] "
+                               "[unsharded,unsharded]"));
+}
+
 TEST_CASE("regression: axis 0 on a scalar is an InvalidArgumentError in every op taking an axis") {
   Mesh mesh = test_mesh({{"batch", 8}});
   DTensor s = distribute(Tensor::zeros({}, DType::kF32), Layout::replicated(mesh, 0));
