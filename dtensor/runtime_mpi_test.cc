@@ -16,9 +16,12 @@ using dtensor::testing::integer_tensor;
 TEST_CASE("each rank knows its place and owns a contiguous block of the mesh") {
   const ProcessInfo p = this_process();
   REQUIRE(p.count > 1);
-  CHECK(collective_backend().name() == "mpi");
   configure_virtual_cpus(2);
   Mesh mesh = create_mesh({{"batch", 2 * p.count}});
+  // Spanning processes: the in-process backend composed with MPI; within this process: in-process.
+  CHECK(collective_backend_for(mesh).name() == "hierarchical(in-process, mpi)");
+  CHECK(collective_backend_for(Mesh::create({{"batch", 2}}, DeviceType::kCPU)).name() ==
+        "in-process");
   CHECK(mesh.num_processes() == p.count);
   CHECK(mesh.process_index() == p.index);
   CHECK(mesh.local_device_ids() == std::vector<int64_t>{2 * p.index, 2 * p.index + 1});
