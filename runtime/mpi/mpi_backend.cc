@@ -176,6 +176,7 @@ class MpiBackend final : public CollectiveBackend {
     const int64_t other_bytes = total == 0 ? 0 : static_cast<int64_t>(out.nbytes()) / total;
     std::vector<int> counts(k);
     for (size_t p = 0; p < k; ++p) counts[p] = mpi_count(sizes[p] * other_bytes, "all_gather");
+    mpi_count(total * other_bytes, "all_gather");  // the displacements are ints too
     std::vector<int> displs = displacements(counts);
     const int self = self_rank(group);
     if (leading_extent(in, axis) == 1) {
@@ -248,6 +249,11 @@ class MpiBackend final : public CollectiveBackend {
           mpi_count(num_elements(incoming) * static_cast<int64_t>(esize), "all_to_all"));
       recv_sizes.push_back(incoming[static_cast<size_t>(concat_axis)]);
     }
+    // The displacements are ints too.
+    mpi_count(num_elements(in.shape()) * static_cast<int64_t>(esize), "all_to_all");
+    int64_t recv_total = 0;
+    for (int c : recv_counts) recv_total += c;
+    mpi_count(recv_total, "all_to_all");
     std::vector<int> send_displs = displacements(send_counts);
     std::vector<int> recv_displs = displacements(recv_counts);
 
