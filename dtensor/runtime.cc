@@ -10,7 +10,7 @@
 #include <string>
 
 #include "dtensor/virtual_devices.h"
-#include "runtime/collectives.h"
+#include "runtime/backend_registry.h"
 #include "runtime/error.h"
 #include "runtime/mpi/mpi_backend.h"
 #include "runtime/mpi/mpi_check.h"
@@ -118,7 +118,8 @@ Runtime Runtime::init(int& argc, char** argv) {
     check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "Runtime::init", "MPI_Comm_rank");
     check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &size), "Runtime::init", "MPI_Comm_size");
     set_this_process({rank, size});
-    set_collective_backend(make_mpi_backend(make_in_process_backend()));
+    // CPU meshes spanning processes: local stage in-process, then MPI, then share.
+    register_collective_backends(DeviceType::kCPU, make_in_process_backend(), make_mpi_backend());
     std::set_terminate(on_terminate);
     return Runtime(rank, size, true);
   } catch (...) {
@@ -142,7 +143,7 @@ Runtime::~Runtime() {
   }
   if (uses_mpi_) {
     // The MPI backend frees its communicators while MPI is still up.
-    set_collective_backend(make_in_process_backend());
+    reset_collective_backends();
     mpi_running.store(false);
     MPI_Finalize();
     set_this_process({0, 1});

@@ -6,7 +6,8 @@
 //
 // Runtime::init detects a launch by mpirun (from the launcher's environment), initialises MPI
 // with thread support, records this process's rank and the world size (runtime/process.h), and
-// installs the MPI collective backend composed with the in-process one. Without mpirun it is a
+// registers MPI as the CPU inter-process collective backend (runtime/backend_registry.h), so CPU
+// meshes spanning processes use the in-process backend composed with MPI. Without mpirun it is a
 // one-process runtime. It consumes its own flags from argv:
 //   --virtual_cpus=N or --virtual_cpus N   virtual CPU devices in this process (or
 //                                          DTENSOR_VIRTUAL_CPUS=N)

@@ -1,12 +1,13 @@
 // The runtime and the MPI backend under mpirun (2 and 4 ranks): process identity, distributed
-// meshes and their consistency check, broadcast and barrier across processes, and pack/unpack of
-// local components only.
+// meshes and their consistency check, broadcast and barrier across processes, pack/unpack of
+// local components only, and the MPI backend's one-member-per-process contract.
 #include <catch2/catch.hpp>
 
 #include "dtensor/dtensor.h"
 #include "dtensor/virtual_devices.h"
 #include "runtime/block.h"
 #include "runtime/collectives.h"
+#include "runtime/mpi/mpi_backend.h"
 #include "runtime/process.h"
 #include "tests/test_tensors.h"
 
@@ -16,9 +17,12 @@ using dtensor::testing::integer_tensor;
 TEST_CASE("each rank knows its place and owns a contiguous block of the mesh") {
   const ProcessInfo p = this_process();
   REQUIRE(p.count > 1);
-  CHECK(collective_backend().name() == "mpi");
   configure_virtual_cpus(2);
   Mesh mesh = create_mesh({{"batch", 2 * p.count}});
+  // Spanning processes: the in-process backend composed with MPI; within this process: in-process.
+  CHECK(collective_backend_for(mesh).name() == "hierarchical(in-process, mpi)");
+  CHECK(collective_backend_for(Mesh::create({{"batch", 2}}, DeviceType::kCPU)).name() ==
+        "in-process");
   CHECK(mesh.num_processes() == p.count);
   CHECK(mesh.process_index() == p.index);
   CHECK(mesh.local_device_ids() == std::vector<int64_t>{2 * p.index, 2 * p.index + 1});
@@ -70,4 +74,38 @@ TEST_CASE("pack takes local components; to_global gathers from every process") {
   std::vector<Tensor> back = unpack(packed);
   REQUIRE(back.size() == 2);
   for (size_t i = 0; i < back.size(); ++i) CHECK(bitwise_equal(back[i], local[i]));
+}
+
+TEST_CASE("the MPI backend alone is flat: several members of one process are an error") {
+  const ProcessInfo p = this_process();
+  std::shared_ptr<CollectiveBackend> mpi = make_mpi_backend();
+  // Every process owns two members; each throws before any MPI call, so none waits.
+  Group group{{}, {}, p.index};
+  for (int64_t d = 0; d < 2 * p.count; ++d) {
+    group.devices.push_back(d);
+    group.owners.push_back(d / 2);
+  }
+  Tensor t = Tensor::zeros({2}, DType::kF32);
+  CHECK_THROWS_AS(mpi->all_reduce(group, {t, t}, ReduceOp::kSum), CommunicationError);
+  CHECK_THROWS_WITH(mpi->all_reduce(group, {t, t}, ReduceOp::kSum),
+                    "[all_reduce] the mpi backend takes one member per process, but process 0 "
+                    "owns devices 0 and 1 of the group; compose it with an intra-process backend "
+                    "(make_hierarchical_backend)");
+  CHECK_THROWS_WITH(mpi->barrier(group),
+                    "[barrier] the mpi backend takes one member per process, but process 0 owns "
+                    "devices 0 and 1 of the group; compose it with an intra-process backend "
+                    "(make_hierarchical_backend)");
+  // One member per process: a flat all-reduce across all of them.
+  Group flat{{}, {}, p.index};
+  for (int64_t d = 0; d < p.count; ++d) {
+    flat.devices.push_back(d);
+    flat.owners.push_back(d);
+  }
+  Tensor mine = Tensor::empty({2}, DType::kI64);
+  mine.data<int64_t>()[0] = p.index;
+  mine.data<int64_t>()[1] = 1;
+  std::vector<Tensor> sum = mpi->all_reduce(flat, {mine}, ReduceOp::kSum);
+  REQUIRE(sum.size() == 1);
+  CHECK(sum[0].data<int64_t>()[0] == p.count * (p.count - 1) / 2);
+  CHECK(sum[0].data<int64_t>()[1] == p.count);
 }

@@ -41,10 +41,14 @@ TEST_CASE("without mpirun the runtime is one process with the in-process backend
     CHECK_FALSE(rt.uses_mpi());
     CHECK(rt.num_local_devices() == 3);
     CHECK(this_process().count == 1);
-    CHECK(collective_backend().name() == "in-process");
     CHECK(args.remaining() == std::vector<std::string>{"prog", "--epochs=2"});
     Mesh mesh = create_mesh({{"batch", 3}});
     CHECK(mesh.num_local_devices() == 3);
+    CHECK(collective_backend_for(mesh).name() == "in-process");
+    // No inter-process backend is registered: a mesh spanning processes stays on the in-process
+    // one, which refuses the groups that leave this process.
+    CHECK(collective_backend_for(Mesh::create({{"batch", 4}}, DeviceType::kCPU, 0, 2)).name() ==
+          "in-process");
   }
   configure_virtual_cpus(1);
 }

@@ -9,6 +9,13 @@
 // Split and concatenation along an axis follow chunk semantics (runtime/shape.h chunk_range):
 // member j of a group of k receives chunk j of size ceil(n/k), the last chunks shorter or empty.
 //
+// Two kinds of backends exist (see runtime/backend_registry.h for how a mesh picks one):
+//   - intra-process: every member of a group lives in this process (in-process: threads and
+//     shared memory);
+//   - flat inter-process: every process of a group owns exactly one member, so each call carries
+//     one tensor (MPI, a future NCCL with one rank per GPU). make_hierarchical_backend
+//     (runtime/hierarchical_backend.h) composes one of each for groups of any shape.
+//
 // Implementations are thread-safe for calls on disjoint groups.
 #pragma once
 
@@ -60,6 +67,12 @@ class CollectiveBackend {
 // One result shared by every member in `inputs` (re-tagged with each member's device): how a
 // backend returns a replicated result stored once.
 std::vector<Tensor> share_result(const Tensor& result, const std::vector<Tensor>& inputs);
+
+// Throws CommunicationError "[function] the <backend> backend takes one member per process ..."
+// unless every process of `group` owns exactly one member and `inputs` holds this process's one
+// tensor: the precondition of a flat inter-process backend.
+void require_one_member_per_process(const Group& group, size_t num_inputs, std::string_view backend,
+                                    const char* function);
 
 // The backend for devices that live in this process: threads and shared memory. It requires
 // every member of a group to be local.

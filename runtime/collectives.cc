@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include "runtime/backend_registry.h"
 #include "runtime/thread_pool.h"
 
 namespace dtensor {
@@ -15,11 +16,6 @@ struct AtomicStats {
 AtomicStats& stats() {
   static AtomicStats s;
   return s;
-}
-
-std::shared_ptr<CollectiveBackend>& backend_slot() {
-  static std::shared_ptr<CollectiveBackend> backend = make_in_process_backend();
-  return backend;
 }
 
 void check_shards(const Mesh& mesh, const std::vector<Tensor>& shards, const char* function) {
@@ -43,13 +39,15 @@ void check_axis(const std::vector<Tensor>& shards, int64_t axis, const char* fun
   }
 }
 
-// Runs `call(group, inputs)` on every group along `dims` and scatters the results back into
-// local order. Groups run in parallel on the pool when the shards are large.
+// Runs `call(backend, group, inputs)` on every group along `dims`, with the mesh's backend, and
+// scatters the results back into local order. Groups run in parallel on the pool when the shards
+// are large.
 template <typename Call>
 std::vector<Tensor> over_groups(const Mesh& mesh, MeshDimMask dims,
                                 const std::vector<Tensor>& shards, CollectiveKind kind,
-                                Call&& call) {
+                                const char* function, Call&& call) {
   if (mesh.group_size(dims) == 1) return shards;
+  CollectiveBackend& backend = collective_backend_for(mesh, function);
   AtomicStats& s = stats();
   s.calls[static_cast<size_t>(kind)].fetch_add(1, std::memory_order_relaxed);
   int64_t bytes = 0;
@@ -75,7 +73,7 @@ std::vector<Tensor> over_groups(const Mesh& mesh, MeshDimMask dims,
     for (int64_t p : positions) {
       inputs.push_back(shards[static_cast<size_t>(mesh.local_index(g.devices[p]))]);
     }
-    std::vector<Tensor> results = call(g, inputs);
+    std::vector<Tensor> results = call(backend, g, inputs);
     for (size_t i = 0; i < positions.size(); ++i) {
       out[static_cast<size_t>(mesh.local_index(g.devices[positions[i]]))] = std::move(results[i]);
     }
@@ -140,19 +138,12 @@ void reset_collective_stats() {
   s.bytes.store(0);
 }
 
-CollectiveBackend& collective_backend() { return *backend_slot(); }
-
-void set_collective_backend(std::shared_ptr<CollectiveBackend> backend) {
-  if (!backend) throw_error<InvalidArgumentError>("set_collective_backend", "backend is null");
-  backend_slot() = std::move(backend);
-}
-
 std::vector<Tensor> all_reduce(const Mesh& mesh, MeshDimMask dims,
                                const std::vector<Tensor>& shards, ReduceOp op) {
   check_shards(mesh, shards, "all_reduce");
-  return over_groups(mesh, dims, shards, CollectiveKind::kAllReduce,
-                     [&](const Group& g, const std::vector<Tensor>& in) {
-                       return collective_backend().all_reduce(g, in, op);
+  return over_groups(mesh, dims, shards, CollectiveKind::kAllReduce, "all_reduce",
+                     [&](CollectiveBackend& b, const Group& g, const std::vector<Tensor>& in) {
+                       return b.all_reduce(g, in, op);
                      });
 }
 
@@ -160,9 +151,9 @@ std::vector<Tensor> all_gather(const Mesh& mesh, MeshDimMask dims,
                                const std::vector<Tensor>& shards, int64_t axis) {
   check_shards(mesh, shards, "all_gather");
   check_axis(shards, axis, "all_gather");
-  return over_groups(mesh, dims, shards, CollectiveKind::kAllGather,
-                     [&](const Group& g, const std::vector<Tensor>& in) {
-                       return collective_backend().all_gather(g, in, axis);
+  return over_groups(mesh, dims, shards, CollectiveKind::kAllGather, "all_gather",
+                     [&](CollectiveBackend& b, const Group& g, const std::vector<Tensor>& in) {
+                       return b.all_gather(g, in, axis);
                      });
 }
 
@@ -170,9 +161,9 @@ std::vector<Tensor> reduce_scatter(const Mesh& mesh, MeshDimMask dims,
                                    const std::vector<Tensor>& shards, ReduceOp op, int64_t axis) {
   check_shards(mesh, shards, "reduce_scatter");
   check_axis(shards, axis, "reduce_scatter");
-  return over_groups(mesh, dims, shards, CollectiveKind::kReduceScatter,
-                     [&](const Group& g, const std::vector<Tensor>& in) {
-                       return collective_backend().reduce_scatter(g, in, op, axis);
+  return over_groups(mesh, dims, shards, CollectiveKind::kReduceScatter, "reduce_scatter",
+                     [&](CollectiveBackend& b, const Group& g, const std::vector<Tensor>& in) {
+                       return b.reduce_scatter(g, in, op, axis);
                      });
 }
 
@@ -182,9 +173,9 @@ std::vector<Tensor> all_to_all(const Mesh& mesh, MeshDimMask dims,
   check_shards(mesh, shards, "all_to_all");
   check_axis(shards, split_axis, "all_to_all");
   check_axis(shards, concat_axis, "all_to_all");
-  return over_groups(mesh, dims, shards, CollectiveKind::kAllToAll,
-                     [&](const Group& g, const std::vector<Tensor>& in) {
-                       return collective_backend().all_to_all(g, in, split_axis, concat_axis);
+  return over_groups(mesh, dims, shards, CollectiveKind::kAllToAll, "all_to_all",
+                     [&](CollectiveBackend& b, const Group& g, const std::vector<Tensor>& in) {
+                       return b.all_to_all(g, in, split_axis, concat_axis);
                      });
 }
 
@@ -195,20 +186,21 @@ std::vector<Tensor> broadcast(const Mesh& mesh, MeshDimMask dims, const std::vec
     throw_error<InvalidArgumentError>("broadcast", "root {} is not a position in groups of {}",
                                       root, mesh.group_size(dims));
   }
-  return over_groups(mesh, dims, shards, CollectiveKind::kBroadcast,
-                     [&](const Group& g, const std::vector<Tensor>& in) {
-                       return collective_backend().broadcast(g, in, root);
+  return over_groups(mesh, dims, shards, CollectiveKind::kBroadcast, "broadcast",
+                     [&](CollectiveBackend& b, const Group& g, const std::vector<Tensor>& in) {
+                       return b.broadcast(g, in, root);
                      });
 }
 
 void barrier(const Mesh& mesh) {
+  CollectiveBackend& backend = collective_backend_for(mesh, "barrier");
   stats().calls[static_cast<size_t>(CollectiveKind::kBarrier)].fetch_add(1);
   Group g{{}, {}, mesh.process_index()};
   for (int64_t d = 0; d < mesh.num_devices(); ++d) {
     g.devices.push_back(d);
     g.owners.push_back(mesh.owner_process(d));
   }
-  collective_backend().barrier(g);
+  backend.barrier(g);
 }
 
 }  // namespace dtensor

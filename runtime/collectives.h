@@ -3,13 +3,14 @@
 // Each function takes the local shards of one mesh-wide value (one tensor per local device of
 // `mesh`, in local order) and runs the collective over every group of devices that differ only
 // along the mesh dims in `dims`, returning the new local shards in the same order. Groups of one
-// device return their input unchanged. The work goes to the current CollectiveBackend
-// (in-process unless the runtime installed another).
+// device return their input unchanged. The work goes to the backend registered for the mesh's
+// device type and process layout (runtime/backend_registry.h: in-process for a mesh in one
+// process, the hierarchical composition with MPI for one spanning processes under mpirun).
 //
 // Every call that moves data is counted once in the process-wide CollectiveStats, whatever the
 // number of groups, so tests can assert how many collectives an expansion emits.
 //
-// Thread-safety: the stats are atomic; set_collective_backend must not race with collectives.
+// Thread-safety: the stats are atomic; registering backends must not race with collectives.
 #pragma once
 
 #include <array>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "mesh/mesh.h"
+#include "runtime/backend_registry.h"
 #include "runtime/collective_backend.h"
 
 namespace dtensor {
@@ -46,10 +48,6 @@ struct CollectiveStats {
 
 CollectiveStats collective_stats();
 void reset_collective_stats();
-
-// The backend collectives go to. The default is the in-process backend.
-CollectiveBackend& collective_backend();
-void set_collective_backend(std::shared_ptr<CollectiveBackend> backend);
 
 std::vector<Tensor> all_reduce(const Mesh& mesh, MeshDimMask dims,
                                const std::vector<Tensor>& shards, ReduceOp op);

@@ -1,5 +1,7 @@
 #include "runtime/collectives.h"
 
+#include "runtime/hierarchical_backend.h"
+
 #include <catch2/catch.hpp>
 
 #include <numeric>
@@ -111,8 +113,59 @@ TEST_CASE("collectives reject bad input with the exact error") {
       Message("[all_to_all] shards f32[2]@CPU:0 and f64[2]@CPU:0 differ in dtype or rank"));
   CHECK_THROWS_MATCHES(broadcast(mesh, 1, {iota({2}, 0), iota({2}, 0)}, 2), InvalidArgumentError,
                        Message("[broadcast] root 2 is not a position in groups of 2"));
-  CHECK_THROWS_MATCHES(set_collective_backend(nullptr), InvalidArgumentError,
-                       Message("[set_collective_backend] backend is null"));
+}
+
+TEST_CASE("a mesh's collectives go to the backend of its device type and process layout") {
+  Mesh one = Mesh::create({{"d", 2}}, DeviceType::kCPU);
+  Mesh spanning = Mesh::create({{"d", 4}}, DeviceType::kCPU, 0, 2);
+  CHECK(collective_backend_for(one).name() == "in-process");
+  CHECK(collective_backend_for(spanning).name() == "in-process");
+  register_collective_backends(DeviceType::kCPU, make_in_process_backend(),
+                               make_in_process_backend());
+  CHECK(collective_backend_for(one).name() == "in-process");
+  CHECK(collective_backend_for(spanning).name() == "hierarchical(in-process, in-process)");
+  reset_collective_backends();
+  CHECK(collective_backend_for(spanning).name() == "in-process");
+}
+
+TEST_CASE("a device type without a collective backend is an error naming it and the collective") {
+  Mesh gpus = Mesh::create({{"batch", 2}, {"model", 2}}, DeviceType::kGPU);
+  std::vector<Tensor> shards(4, iota({2}, 0));
+  CHECK_THROWS_MATCHES(all_reduce(gpus, gpus.mask({"batch"}), shards, ReduceOp::kSum),
+                       UnimplementedError,
+                       Message("[all_reduce] no collective backend is registered for GPU devices "
+                               "(mesh batch=2,model=2); register one with "
+                               "register_collective_backends"));
+  CHECK_THROWS_MATCHES(all_to_all(gpus, gpus.mask({"model"}), shards, 0, 0), UnimplementedError,
+                       Message("[all_to_all] no collective backend is registered for GPU devices "
+                               "(mesh batch=2,model=2); register one with "
+                               "register_collective_backends"));
+  CHECK_THROWS_MATCHES(barrier(gpus), UnimplementedError,
+                       Message("[barrier] no collective backend is registered for GPU devices "
+                               "(mesh batch=2,model=2); register one with "
+                               "register_collective_backends"));
+  // Groups of one device need no backend.
+  CHECK(all_reduce(gpus, 0, shards, ReduceOp::kSum)[3].shares_storage_with(shards[3]));
+}
+
+TEST_CASE("registering backends rejects an inter-process backend without an intra-process one") {
+  CHECK_THROWS_MATCHES(
+      register_collective_backends(DeviceType::kGPU, nullptr, make_in_process_backend()),
+      InvalidArgumentError,
+      Message("[register_collective_backends] GPU has an inter-process backend (in-process) but "
+              "no intra-process one to compose it with"));
+  CHECK_THROWS_MATCHES(make_hierarchical_backend(make_in_process_backend(), nullptr),
+                       InvalidArgumentError,
+                       Message("[make_hierarchical_backend] the inter-process backend is null"));
+  CHECK_THROWS_MATCHES(make_hierarchical_backend(nullptr, make_in_process_backend()),
+                       InvalidArgumentError,
+                       Message("[make_hierarchical_backend] the intra-process backend is null"));
+  // A GPU registration serves GPU meshes only; reset drops it.
+  register_collective_backends(DeviceType::kGPU, make_in_process_backend(), nullptr);
+  CHECK(collective_backend_for(Mesh::create({{"d", 2}}, DeviceType::kGPU)).name() == "in-process");
+  reset_collective_backends();
+  CHECK_THROWS_AS(collective_backend_for(Mesh::create({{"d", 2}}, DeviceType::kGPU)),
+                  UnimplementedError);
 }
 
 TEST_CASE("the in-process backend refuses groups that span processes") {

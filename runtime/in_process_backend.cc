@@ -25,6 +25,25 @@ std::vector<Tensor> share_result(const Tensor& result, const std::vector<Tensor>
   return out;
 }
 
+void require_one_member_per_process(const Group& group, size_t num_inputs, std::string_view backend,
+                                    const char* function) {
+  for (size_t i = 0; i < group.owners.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (group.owners[i] == group.owners[j]) {
+        throw_error<CommunicationError>(
+            function,
+            "the {} backend takes one member per process, but process {} owns devices {} and {} "
+            "of the group; compose it with an intra-process backend (make_hierarchical_backend)",
+            backend, group.owners[i], group.devices[j], group.devices[i]);
+      }
+    }
+  }
+  if (num_inputs != 1) {
+    throw_error<CommunicationError>(function, "the {} backend takes one tensor per process, got {}",
+                                    backend, num_inputs);
+  }
+}
+
 namespace {
 
 Shape with_dim(Shape shape, int64_t axis, int64_t size) {

@@ -1,12 +1,11 @@
 // Saves and restores spanning several processes, emulated in one: each "process" is a thread
 // with its own meshes (Mesh::create with process_index/num_processes), its own DTensors holding
 // only its devices' shards and its own Checkpoint, and the collectives between them go through a
-// backend that meets the threads at every call. This runs the multi-process code paths (one file
-// per process, process 0 merging and committing, agreement on failure) without MPI.
+// backend that meets the threads at every call (runtime/threaded_processes_backend.h). This runs
+// the multi-process code paths (one file per process, process 0 merging and committing, agreement
+// on failure) without MPI.
 #include <catch2/catch.hpp>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -15,82 +14,18 @@
 #include "dtensor/creation.h"
 #include "runtime/block.h"
 #include "runtime/collectives.h"
+#include "runtime/threaded_processes_backend.h"
 
 using namespace dtensor;
 using namespace dtensor::checkpoint_testing;
 
 namespace {
 
-// Collectives among threads standing for processes: every call is a rendezvous of all of them.
-class ThreadedProcesses final : public CollectiveBackend {
- public:
-  explicit ThreadedProcesses(int processes) : n_(processes), deposits_(processes) {}
-  std::string_view name() const override { return "threaded-processes"; }
-
-  std::vector<Tensor> all_reduce(const Group& g, const std::vector<Tensor>& in,
-                                 ReduceOp op) override {
-    std::vector<Tensor> all = exchange(g, in);
-    Tensor out = all[0].clone();
-    for (size_t i = 1; i < all.size(); ++i) reduce_into(out, all[i], op);
-    return std::vector<Tensor>(in.size(), out);
-  }
-  std::vector<Tensor> broadcast(const Group& g, const std::vector<Tensor>& in,
-                                int64_t root) override {
-    std::vector<Tensor> all = exchange(g, in);
-    return std::vector<Tensor>(in.size(), all[static_cast<size_t>(root)].clone());
-  }
-  void barrier(const Group& g) override { exchange(g, {}); }
-  std::vector<Tensor> all_gather(const Group&, const std::vector<Tensor>&, int64_t) override {
-    throw UnimplementedError("ThreadedProcesses", "all_gather");
-  }
-  std::vector<Tensor> reduce_scatter(const Group&, const std::vector<Tensor>&, ReduceOp,
-                                     int64_t) override {
-    throw UnimplementedError("ThreadedProcesses", "reduce_scatter");
-  }
-  std::vector<Tensor> all_to_all(const Group&, const std::vector<Tensor>&, int64_t,
-                                 int64_t) override {
-    throw UnimplementedError("ThreadedProcesses", "all_to_all");
-  }
-
- private:
-  // Every process leaves its members' tensors; each gets all members' tensors in group order.
-  std::vector<Tensor> exchange(const Group& g, const std::vector<Tensor>& in) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !reading_; });
-    deposits_[static_cast<size_t>(g.self)] = in;
-    if (++arrived_ == n_) {
-      reading_ = true;
-      left_ = n_;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return reading_; });
-    }
-    std::vector<Tensor> all;
-    std::vector<size_t> next(static_cast<size_t>(n_), 0);
-    for (int64_t owner : g.owners) {
-      const auto& mine = deposits_[static_cast<size_t>(owner)];
-      if (next[owner] < mine.size()) all.push_back(mine[next[owner]++]);
-    }
-    if (--left_ == 0) {
-      reading_ = false;
-      arrived_ = 0;
-      cv_.notify_all();
-    }
-    return all;
-  }
-
-  const int n_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::vector<Tensor>> deposits_;
-  int arrived_ = 0, left_ = 0;
-  bool reading_ = false;
-};
-
-// Runs body(process) on `n` threads over the emulating backend; returns each one's error ("" if
-// none). The in-process backend is back in place afterwards.
+// Runs body(process) on `n` threads over the emulating backend (composed with the in-process one,
+// as MPI is); returns each one's error ("" if none). The default backends are back afterwards.
 std::vector<std::string> run_processes(int n, const std::function<void(int)>& body) {
-  set_collective_backend(std::make_shared<ThreadedProcesses>(n));
+  register_collective_backends(DeviceType::kCPU, make_in_process_backend(),
+                               make_threaded_processes_backend());
   std::vector<std::string> errors(static_cast<size_t>(n));
   std::vector<std::thread> threads;
   for (int p = 0; p < n; ++p) {
@@ -103,7 +38,7 @@ std::vector<std::string> run_processes(int n, const std::function<void(int)>& bo
     });
   }
   for (std::thread& t : threads) t.join();
-  set_collective_backend(make_in_process_backend());
+  reset_collective_backends();
   return errors;
 }
 

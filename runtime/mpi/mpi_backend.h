@@ -1,14 +1,16 @@
-// The MPI collective backend: collectives over groups whose devices live in several processes.
+// The MPI collective backend: flat collectives across processes, one group member per process
+// (one tensor per call), like a NCCL backend with one rank per GPU.
 //
-// A group spanning processes runs in three stages: the members this process owns are combined
-// through `local` (the in-process backend: threads and shared memory), one MPI collective runs
-// across the processes of the group, and its result is shared by the local members. A group whose
-// members all live in this process goes to `local` alone. The processes of a group map to an MPI
-// communicator created on first use (collectively, by those processes only) and cached.
+// A group's processes map to an MPI communicator whose ranks follow group order (a member's
+// position is its rank), created on first use (collectively, by those processes only) and
+// cached. Groups with several members in one process go through make_hierarchical_backend
+// (runtime/hierarchical_backend.h), which dtensor/runtime.cc registers for CPU meshes spanning
+// processes; given such a group directly, every call throws CommunicationError.
 //
 // Every process of a group must make the same calls in the same order, which SPMD programs do;
 // collectives over distinct groups are issued one at a time (MPI calls are serialised by a lock).
-// MPI errors come back as CommunicationError carrying MPI's error string.
+// Max and min of floats propagate NaN (MPI's built-in ones need not); bf16 reduces through its
+// own MPI ops. MPI errors come back as CommunicationError carrying MPI's error string.
 //
 // Requires MPI to be initialised for the life of the backend (dtensor/runtime.h does both).
 #pragma once
@@ -19,6 +21,6 @@
 
 namespace dtensor {
 
-std::shared_ptr<CollectiveBackend> make_mpi_backend(std::shared_ptr<CollectiveBackend> local);
+std::shared_ptr<CollectiveBackend> make_mpi_backend();
 
 }  // namespace dtensor

@@ -1,0 +1,420 @@
+#include "runtime/hierarchical_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "runtime/block.h"
+#include "runtime/error.h"
+#include "runtime/shape.h"
+
+namespace dtensor {
+namespace {
+
+// The processes of a group, in the order of their first member, and the group positions of the
+// members each one owns.
+struct ProcessView {
+  std::vector<int64_t> processes;
+  std::vector<std::vector<int64_t>> members;
+  size_t self = 0;  // index of this process in `processes`
+
+  size_t size() const { return processes.size(); }
+  bool single() const { return processes.size() == 1; }
+  bool flat() const {
+    for (const auto& m : members) {
+      if (m.size() != 1) return false;
+    }
+    return true;
+  }
+  const std::vector<int64_t>& local_members() const { return members[self]; }
+};
+
+ProcessView view_of(const Group& group) {
+  ProcessView view;
+  for (int64_t i = 0; i < group.size(); ++i) {
+    const int64_t owner = group.owners[static_cast<size_t>(i)];
+    auto it = std::find(view.processes.begin(), view.processes.end(), owner);
+    const size_t p = static_cast<size_t>(it - view.processes.begin());
+    if (it == view.processes.end()) {
+      view.processes.push_back(owner);
+      view.members.emplace_back();
+    }
+    view.members[p].push_back(i);
+    if (owner == group.self) view.self = p;
+  }
+  return view;
+}
+
+// True when the processes, in view order, own consecutive runs of group positions (always so for
+// mesh groups, whose processes own contiguous blocks of ids): a process's chunks then follow each
+// other along a split axis.
+bool members_in_process_order(const ProcessView& view) {
+  int64_t next = 0;
+  for (const std::vector<int64_t>& members : view.members) {
+    for (int64_t j : members) {
+      if (j != next++) return false;
+    }
+  }
+  return true;
+}
+
+// The members at `positions`, presented as a group owned entirely by this process.
+Group owned_here(const Group& group, const std::vector<int64_t>& positions) {
+  Group out{{}, {}, group.self};
+  for (int64_t p : positions) {
+    out.devices.push_back(group.devices[static_cast<size_t>(p)]);
+    out.owners.push_back(group.self);
+  }
+  return out;
+}
+
+Group all_owned_here(const Group& group) {
+  Group out = group;
+  out.owners.assign(group.devices.size(), group.self);
+  return out;
+}
+
+// One representative member per process (its first), for the flat inter-process stage.
+Group leaders(const Group& group, const ProcessView& view) {
+  Group out{{}, {}, group.self};
+  for (size_t p = 0; p < view.size(); ++p) {
+    out.devices.push_back(group.devices[static_cast<size_t>(view.members[p].front())]);
+    out.owners.push_back(view.processes[p]);
+  }
+  return out;
+}
+
+// Product of the dims before `axis`: 1 when chunks along `axis` are contiguous in memory.
+int64_t leading_extent(const Tensor& t, int64_t axis) {
+  int64_t n = 1;
+  for (int64_t d = 0; d < axis; ++d) n *= t.dim(d);
+  return n;
+}
+
+Shape with_dim(Shape shape, int64_t axis, int64_t size) {
+  shape[static_cast<size_t>(axis)] = size;
+  return shape;
+}
+
+std::vector<int64_t> at_dim(size_t rank, int64_t axis, int64_t offset) {
+  std::vector<int64_t> begin(rank, 0);
+  begin[static_cast<size_t>(axis)] = offset;
+  return begin;
+}
+
+// A byte tensor (no zero fill).
+Tensor byte_buffer(const Shape& shape) { return Tensor::empty(shape, DType::kBool); }
+char* bytes_of(Tensor& t) { return static_cast<char*>(t.raw_data()); }
+
+class HierarchicalBackend final : public CollectiveBackend {
+ public:
+  HierarchicalBackend(std::shared_ptr<CollectiveBackend> intra,
+                      std::shared_ptr<CollectiveBackend> inter)
+      : intra_(std::move(intra)),
+        inter_(std::move(inter)),
+        name_("hierarchical(" + std::string(intra_->name()) + ", " + std::string(inter_->name()) +
+              ")") {}
+
+  std::string_view name() const override { return name_; }
+
+  std::vector<Tensor> all_reduce(const Group& group, const std::vector<Tensor>& inputs,
+                                 ReduceOp op) override {
+    ProcessView view = view_of(group);
+    if (view.single()) return intra_->all_reduce(group, inputs, op);
+    if (view.flat()) return inter_->all_reduce(group, inputs, op);
+    return share_result(reduce_across(group, view, inputs, op), inputs);
+  }
+
+  std::vector<Tensor> all_gather(const Group& group, const std::vector<Tensor>& inputs,
+                                 int64_t axis) override {
+    ProcessView view = view_of(group);
+    if (view.single()) return intra_->all_gather(group, inputs, axis);
+    if (view.flat()) return inter_->all_gather(group, inputs, axis);
+    if (members_in_process_order(view)) {
+      // Each process's members form one run of the result: concatenate locally, then once
+      // across processes.
+      Tensor block =
+          inputs.size() == 1
+              ? inputs[0]
+              : intra_->all_gather(owned_here(group, view.local_members()), inputs, axis)[0];
+      return share_result(inter_->all_gather(leaders(group, view), {block}, axis)[0], inputs);
+    }
+    std::vector<Tensor> all = gather_members(group, view, inputs);
+    return share_result(intra_->all_gather(all_owned_here(group), all, axis)[0], inputs);
+  }
+
+  std::vector<Tensor> reduce_scatter(const Group& group, const std::vector<Tensor>& inputs,
+                                     ReduceOp op, int64_t axis) override {
+    ProcessView view = view_of(group);
+    if (view.single()) return intra_->reduce_scatter(group, inputs, op, axis);
+    if (view.flat()) return inter_->reduce_scatter(group, inputs, op, axis);
+    if (leading_extent(inputs[0], axis) == 1 && members_in_process_order(view)) {
+      return reduce_scatter_blocks(group, view, inputs, op, axis);
+    }
+    // General case: the whole reduction, then each member's chunk.
+    Tensor reduced = reduce_across(group, view, inputs, op);
+    const std::vector<int64_t>& mine = view.local_members();
+    std::vector<Tensor> out;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      ShardRange r = chunk_range(reduced.dim(axis), group.size(), mine[i]);
+      out.push_back(slice_box(reduced, at_dim(static_cast<size_t>(reduced.rank()), axis, r.offset),
+                              with_dim(reduced.shape(), axis, r.size))
+                        .with_device(inputs[i].device()));
+    }
+    return out;
+  }
+
+  std::vector<Tensor> all_to_all(const Group& group, const std::vector<Tensor>& inputs,
+                                 int64_t split_axis, int64_t concat_axis) override {
+    ProcessView view = view_of(group);
+    if (view.single()) return intra_->all_to_all(group, inputs, split_axis, concat_axis);
+    if (view.flat()) return inter_->all_to_all(group, inputs, split_axis, concat_axis);
+    return all_to_all_packed(group, view, inputs, split_axis, concat_axis);
+  }
+
+  std::vector<Tensor> broadcast(const Group& group, const std::vector<Tensor>& inputs,
+                                int64_t root) override {
+    ProcessView view = view_of(group);
+    if (view.single()) return intra_->broadcast(group, inputs, root);
+    if (view.flat()) return inter_->broadcast(group, inputs, root);
+    const int64_t root_owner = group.owners[static_cast<size_t>(root)];
+    const size_t root_process =
+        static_cast<size_t>(std::find(view.processes.begin(), view.processes.end(), root_owner) -
+                            view.processes.begin());
+    // Non-root processes pass a tensor of their own; the inter backend sends the root's.
+    Tensor source = inputs[0];
+    if (root_process == view.self) {
+      const std::vector<int64_t>& mine = view.local_members();
+      source =
+          inputs[static_cast<size_t>(std::find(mine.begin(), mine.end(), root) - mine.begin())];
+    }
+    Tensor result =
+        inter_->broadcast(leaders(group, view), {source}, static_cast<int64_t>(root_process))[0];
+    return share_result(result, inputs);
+  }
+
+  void barrier(const Group& group) override {
+    ProcessView view = view_of(group);
+    if (view.single()) return intra_->barrier(group);
+    if (view.flat()) return inter_->barrier(group);
+    intra_->barrier(owned_here(group, view.local_members()));
+    inter_->barrier(leaders(group, view));
+  }
+
+ private:
+  // The reduction over this process's members.
+  Tensor reduce_local(const Group& group, const ProcessView& view,
+                      const std::vector<Tensor>& inputs, ReduceOp op) {
+    if (inputs.size() == 1) return inputs[0];
+    return intra_->all_reduce(owned_here(group, view.local_members()), inputs, op)[0];
+  }
+
+  // The reduction over every member: local members first, then across the processes.
+  Tensor reduce_across(const Group& group, const ProcessView& view,
+                       const std::vector<Tensor>& inputs, ReduceOp op) {
+    Tensor mine = reduce_local(group, view, inputs, op);
+    return inter_->all_reduce(leaders(group, view), {mine}, op)[0];
+  }
+
+  // Reduce-scatter when each process's chunks form one contiguous block of memory: local
+  // reduction, then a flat reduce-scatter delivers each process only its block. The flat one
+  // splits in equal chunks (one per process), so uneven blocks are first laid out in slots of
+  // the largest block's size.
+  std::vector<Tensor> reduce_scatter_blocks(const Group& group, const ProcessView& view,
+                                            const std::vector<Tensor>& inputs, ReduceOp op,
+                                            int64_t axis) {
+    Tensor mine = reduce_local(group, view, inputs, op);
+    const int64_t k = group.size();
+    const int64_t n = mine.dim(axis);
+    const int64_t num_processes = static_cast<int64_t>(view.size());
+    std::vector<ShardRange> blocks;
+    int64_t largest = 0;
+    bool aligned = true;  // every block is the flat chunk of its process
+    for (size_t p = 0; p < view.size(); ++p) {
+      ShardRange block{chunk_range(n, k, view.members[p].front()).offset, 0};
+      for (int64_t j : view.members[p]) block.size += chunk_range(n, k, j).size;
+      ShardRange flat = chunk_range(n, num_processes, static_cast<int64_t>(p));
+      aligned = aligned && flat.offset == block.offset && flat.size == block.size;
+      largest = std::max(largest, block.size);
+      blocks.push_back(block);
+    }
+    const size_t rank = static_cast<size_t>(mine.rank());
+    Tensor send = mine;
+    if (!aligned) {
+      send = Tensor::zeros(with_dim(mine.shape(), axis, num_processes * largest), mine.dtype(),
+                           mine.device());
+      for (size_t p = 0; p < blocks.size(); ++p) {
+        copy_box(mine, at_dim(rank, axis, blocks[p].offset), send,
+                 at_dim(rank, axis, static_cast<int64_t>(p) * largest),
+                 with_dim(mine.shape(), axis, blocks[p].size));
+      }
+    }
+    Tensor block = inter_->reduce_scatter(leaders(group, view), {send}, op, axis)[0];
+    const std::vector<int64_t>& local = view.local_members();
+    const int64_t first_row = blocks[view.self].offset;
+    std::vector<Tensor> out;
+    for (size_t i = 0; i < local.size(); ++i) {
+      ShardRange r = chunk_range(n, k, local[i]);
+      if (local.size() == 1 && block.dim(axis) == r.size) {
+        out.push_back(block.with_device(inputs[i].device()));
+        continue;
+      }
+      out.push_back(slice_box(block, at_dim(rank, axis, r.offset - first_row),
+                              with_dim(mine.shape(), axis, r.size))
+                        .with_device(inputs[i].device()));
+    }
+    return out;
+  }
+
+  // The shape of every member's tensor, in group order: one all-gather of the dims.
+  std::vector<Shape> member_shapes(const Group& group, const ProcessView& view,
+                                   const std::vector<Tensor>& inputs) {
+    const int64_t rank = inputs[0].rank();
+    Tensor dims = Tensor::empty({static_cast<int64_t>(inputs.size()) * rank}, DType::kI64,
+                                inputs[0].device());
+    int64_t* d = dims.data<int64_t>();
+    for (const Tensor& in : inputs) {
+      for (int64_t x : in.shape()) *d++ = x;
+    }
+    Tensor all = inter_->all_gather(leaders(group, view), {dims}, 0)[0];
+    const int64_t* a = all.data<int64_t>();
+    std::vector<Shape> shapes(static_cast<size_t>(group.size()));
+    for (size_t p = 0; p < view.size(); ++p) {
+      for (int64_t pos : view.members[p]) {
+        shapes[static_cast<size_t>(pos)].assign(a, a + rank);
+        a += rank;
+      }
+    }
+    return shapes;
+  }
+
+  // Every member's tensor in group order, on every process of the group: the shapes, then the
+  // bytes, each gathered once across processes.
+  std::vector<Tensor> gather_members(const Group& group, const ProcessView& view,
+                                     const std::vector<Tensor>& inputs) {
+    std::vector<Shape> shapes = member_shapes(group, view, inputs);
+    int64_t own_bytes = 0;
+    for (const Tensor& in : inputs) own_bytes += static_cast<int64_t>(in.nbytes());
+    Tensor packed = byte_buffer({own_bytes});
+    size_t at = 0;
+    for (const Tensor& in : inputs) {
+      std::memcpy(bytes_of(packed) + at, in.raw_data(), in.nbytes());
+      at += in.nbytes();
+    }
+    Tensor received = inter_->all_gather(leaders(group, view), {packed}, 0)[0];
+    const DType dtype = inputs[0].dtype();
+    const size_t esize = dtype_size(dtype);
+    std::vector<Tensor> all(static_cast<size_t>(group.size()));
+    at = 0;
+    for (size_t p = 0; p < view.size(); ++p) {
+      for (size_t i = 0; i < view.members[p].size(); ++i) {
+        const size_t pos = static_cast<size_t>(view.members[p][i]);
+        const size_t nbytes = static_cast<size_t>(num_elements(shapes[pos])) * esize;
+        if (p == view.self) {
+          all[pos] = inputs[i];
+        } else {
+          Tensor t = Tensor::empty(shapes[pos], dtype,
+                                   Device{inputs[0].device().type, group.devices[pos]});
+          std::memcpy(t.raw_data(), bytes_of(received) + at, nbytes);
+          all[pos] = std::move(t);
+        }
+        at += nbytes;
+      }
+    }
+    return all;
+  }
+
+  // All-to-all with several members per process: after the shapes are known everywhere, each
+  // process packs, for every destination process, the pieces its members send to that process's
+  // members into one row of a byte tensor [processes, widest row]; one flat all-to-all of the
+  // rows delivers them.
+  std::vector<Tensor> all_to_all_packed(const Group& group, const ProcessView& view,
+                                        const std::vector<Tensor>& inputs, int64_t split_axis,
+                                        int64_t concat_axis) {
+    const int64_t k = group.size();
+    const size_t rank = static_cast<size_t>(inputs[0].rank());
+    const DType dtype = inputs[0].dtype();
+    const size_t esize = dtype_size(dtype);
+    const size_t num_processes = view.size();
+    std::vector<Shape> shapes = member_shapes(group, view, inputs);
+    auto piece_shape = [&](const Shape& input, int64_t j) {
+      return with_dim(input, split_axis, chunk_range(input[split_axis], k, j).size);
+    };
+    int64_t width = 0;
+    for (size_t p = 0; p < num_processes; ++p) {
+      for (size_t q = 0; q < num_processes; ++q) {
+        int64_t bytes = 0;
+        for (int64_t i : view.members[p]) {
+          for (int64_t j : view.members[q]) {
+            bytes += num_elements(piece_shape(shapes[static_cast<size_t>(i)], j));
+          }
+        }
+        width = std::max(width, bytes * static_cast<int64_t>(esize));
+      }
+    }
+    const std::vector<int64_t>& mine = view.local_members();
+    Tensor send = byte_buffer({static_cast<int64_t>(num_processes), width});
+    for (size_t q = 0; q < num_processes; ++q) {
+      size_t at = q * static_cast<size_t>(width);
+      for (size_t i = 0; i < mine.size(); ++i) {
+        for (int64_t j : view.members[q]) {
+          Tensor piece = slice_box(
+              inputs[i],
+              at_dim(rank, split_axis, chunk_range(inputs[i].dim(split_axis), k, j).offset),
+              piece_shape(inputs[i].shape(), j));
+          std::memcpy(bytes_of(send) + at, piece.raw_data(), piece.nbytes());
+          at += piece.nbytes();
+        }
+      }
+    }
+    Tensor recv = inter_->all_to_all(leaders(group, view), {send}, 0, 0)[0];
+
+    // Row p of `recv` holds, for each member i of process p and each local member j, piece (i, j).
+    std::vector<std::vector<Tensor>> pieces(mine.size(),
+                                            std::vector<Tensor>(static_cast<size_t>(k)));
+    for (size_t p = 0; p < num_processes; ++p) {
+      size_t at = p * static_cast<size_t>(width);
+      for (int64_t i : view.members[p]) {
+        for (size_t jl = 0; jl < mine.size(); ++jl) {
+          Tensor piece =
+              Tensor::empty(piece_shape(shapes[static_cast<size_t>(i)], mine[jl]), dtype);
+          std::memcpy(piece.raw_data(), bytes_of(recv) + at, piece.nbytes());
+          at += piece.nbytes();
+          pieces[jl][static_cast<size_t>(i)] = std::move(piece);
+        }
+      }
+    }
+    std::vector<Tensor> out;
+    for (size_t jl = 0; jl < mine.size(); ++jl) {
+      int64_t total = 0;
+      for (const Tensor& piece : pieces[jl]) total += piece.dim(concat_axis);
+      Tensor result = Tensor::empty(with_dim(pieces[jl][0].shape(), concat_axis, total), dtype,
+                                    inputs[jl].device());
+      int64_t offset = 0;
+      for (const Tensor& piece : pieces[jl]) {
+        copy_box(piece, std::vector<int64_t>(rank, 0), result, at_dim(rank, concat_axis, offset),
+                 piece.shape());
+        offset += piece.dim(concat_axis);
+      }
+      out.push_back(std::move(result));
+    }
+    return out;
+  }
+
+  std::shared_ptr<CollectiveBackend> intra_;
+  std::shared_ptr<CollectiveBackend> inter_;
+  std::string name_;
+};
+
+}  // namespace
+
+std::shared_ptr<CollectiveBackend> make_hierarchical_backend(
+    std::shared_ptr<CollectiveBackend> intra, std::shared_ptr<CollectiveBackend> inter) {
+  if (!intra || !inter) {
+    throw_error<InvalidArgumentError>("make_hierarchical_backend", "the {} backend is null",
+                                      intra ? "inter-process" : "intra-process");
+  }
+  return std::make_shared<HierarchicalBackend>(std::move(intra), std::move(inter));
+}
+
+}  // namespace dtensor
