@@ -5,6 +5,7 @@
 #include <map>
 
 #include "dtensor/relayout.h"
+#include "ops/kernels/memory.h"
 #include "runtime/random.h"
 
 namespace dtensor {
@@ -53,20 +54,6 @@ bool fits_dtype(double value) {
   }
 }
 
-void fill_value(Tensor& box, double value) {
-  visit_dtype(box.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    T v;
-    if constexpr (std::is_same_v<T, BFloat16>) {
-      v = BFloat16(static_cast<float>(value));
-    } else {
-      v = static_cast<T>(value);
-    }
-    T* data = static_cast<T*>(box.raw_data());
-    for (int64_t i = 0; i < box.num_elements(); ++i) data[i] = v;
-  });
-}
-
 void check_fill_value(const char* function, double value, DType dtype) {
   const bool fits =
       visit_dtype(dtype, [&](auto zero) { return fits_dtype<decltype(zero)>(value); });
@@ -80,7 +67,7 @@ DTensor fill_named(const char* function, const Shape& shape, const Layout& layou
                    DType dtype) {
   check_fill_value(function, value, dtype);
   return build(function, shape, layout, dtype,
-               [&](Tensor& box, const std::vector<int64_t>&) { fill_value(box, value); });
+               [&](Tensor& box, const std::vector<int64_t>&) { kernels::fill_value(box, value); });
 }
 
 DTensor random(const char* function, const Shape& shape, const Layout& layout, DType dtype,

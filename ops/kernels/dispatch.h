@@ -37,6 +37,13 @@ inline DeviceType device_type_of(Op op, const Tensor& first, const Rest&... rest
   return first.device().type;
 }
 
+// The same for one tensor and a list (reduce_tensors).
+inline DeviceType device_type_of(const char* op, const Tensor& first,
+                                 const std::vector<Tensor>& rest) {
+  for (const Tensor& x : rest) check_same_type(op, first, x);
+  return first.device().type;
+}
+
 // The same for a non-empty list (concat).
 inline DeviceType device_type_of(const char* op, const std::vector<Tensor>& xs) {
   for (const Tensor& x : xs) check_same_type(op, xs.front(), x);

@@ -1,6 +1,7 @@
 // The GPU implementations of the kernel front (ops/kernels/kernels.h), with its contract; the
-// front dispatches here for tensors on GPU devices. Shape arithmetic (broadcast_shapes) and
-// set_blas_threads are host-only and have no GPU half.
+// front dispatches here for tensors on GPU devices. The first part mirrors kernels.h; then
+// ops/kernels/memory.h and ops/kernels/optimizer_update.h. Shape arithmetic (broadcast_shapes),
+// set_blas_threads and philox4x32_10 are host-only and have no GPU half.
 //
 // Which library defines these is chosen by the build (//ops/kernels:gpu_kernels): the CUDA
 // kernels in a CUDA build, and ops/kernels/no_gpu/ otherwise, whose functions throw
@@ -13,6 +14,9 @@
 #include <vector>
 
 #include "ops/kernels/kernel_types.h"
+#include "ops/kernels/optimizer_update.h"
+#include "runtime/random_spec.h"
+#include "runtime/reduce_op.h"
 #include "runtime/tensor.h"
 
 namespace dtensor::kernels::gpu {
@@ -48,5 +52,22 @@ Tensor slice(const Tensor& x, const std::vector<int64_t>& begin, const Shape& si
 Tensor gather(const Tensor& params, const Tensor& indices, int64_t axis);
 Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& paddings, double value);
 Tensor scatter_add(const Shape& shape, const Tensor& indices, const Tensor& updates, int64_t axis);
+
+// ---- ops/kernels/memory.h ----
+void copy_box_elements(const Tensor& src, const std::vector<int64_t>& src_begin, Tensor& dst,
+                       const std::vector<int64_t>& dst_begin, const Shape& extent);
+void reduce_range_elements(Tensor& dst, const Tensor& src, ReduceOp op, int64_t begin, int64_t end);
+void reduce_tensors_into(Tensor& acc, const std::vector<Tensor>& inputs, ReduceOp op);
+void fill_value(Tensor& dst, double value);
+void fill_random(Tensor& shard, const Shape& global_shape, const std::vector<int64_t>& offset,
+                 const RandomSpec& spec);
+
+// ---- ops/kernels/optimizer_update.h ----
+void sgd_update(const Tensor& var, const Tensor& grad, Tensor& var_out, double lr);
+void sgd_momentum_update(const Tensor& var, const Tensor& grad, const Tensor& velocity,
+                         Tensor& var_out, Tensor& velocity_out, double lr, double momentum,
+                         bool nesterov);
+void adam_update(const Tensor& var, const Tensor& grad, const Tensor& m, const Tensor& v,
+                 Tensor& var_out, Tensor& m_out, Tensor& v_out, const AdamStepParams& params);
 
 }  // namespace dtensor::kernels::gpu

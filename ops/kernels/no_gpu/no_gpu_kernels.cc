@@ -89,4 +89,31 @@ Tensor scatter_add(const Shape&, const Tensor&, const Tensor&, int64_t) {
   not_built("scatter_add");
 }
 
+void copy_box_elements(const Tensor&, const std::vector<int64_t>&, Tensor&,
+                       const std::vector<int64_t>&, const Shape&) {
+  not_built("copy_box");
+}
+void reduce_range_elements(Tensor&, const Tensor&, ReduceOp, int64_t, int64_t) {
+  not_built("reduce_into");
+}
+void reduce_tensors_into(Tensor&, const std::vector<Tensor>&, ReduceOp) {
+  not_built("reduce_tensors");
+}
+void fill_value(Tensor&, double) { not_built("fill"); }
+void fill_random(Tensor&, const Shape&, const std::vector<int64_t>&, const RandomSpec& spec) {
+  not_built(spec.distribution == RandomDistribution::kUniform  ? "random_uniform"
+            : spec.distribution == RandomDistribution::kNormal ? "random_normal"
+                                                               : "truncated_normal");
+}
+
+void sgd_update(const Tensor&, const Tensor&, Tensor&, double) { not_built("SGD"); }
+void sgd_momentum_update(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, double,
+                         double, bool) {
+  not_built("SGD");
+}
+void adam_update(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&,
+                 Tensor&, const AdamStepParams&) {
+  not_built("Adam");
+}
+
 }  // namespace dtensor::kernels::gpu
