@@ -28,6 +28,11 @@ enum class MemorySpace : uint8_t { kHost, kGpu };
 // "host" or "GPU", for messages.
 std::string_view memory_space_name(MemorySpace space);
 
+// The memory space that tensors on devices of `type` live in.
+constexpr MemorySpace memory_space_of(DeviceType type) {
+  return type == DeviceType::kCPU ? MemorySpace::kHost : MemorySpace::kGpu;
+}
+
 class Allocator {
  public:
   // Every allocation is aligned to this many bytes (a cache line, and enough for AVX-512).
