@@ -1,10 +1,10 @@
 // Local kernels: the single-device computations that the SPMD op layer runs on every shard. This
 // is the device-neutral front: each function checks that its tensor inputs are on one device type
-// (InvalidArgumentError otherwise, e.g. "[add] inputs are on CPU:0 and GPU:0; a kernel runs on
-// one device type") and dispatches with a switch on it to the CPU implementation
-// (ops/kernels/cpu/cpu_kernels.h) or the GPU one (ops/kernels/gpu/gpu_kernels.h; in a build
-// without CUDA a stub whose functions throw UnimplementedError). The enums and option structs are
-// in kernel_types.h.
+// (InvalidArgumentError otherwise, e.g. "[add] inputs are on CPU:0 and GPU:0 (f32[2,3] and
+// f32[3]); a kernel runs on one device type") and dispatches with a switch on it to the CPU
+// implementation (ops/kernels/cpu/cpu_kernels.h) or the GPU one (ops/kernels/gpu/gpu_kernels.h; in
+// a build without CUDA a stub whose functions throw UnimplementedError). The enums and option
+// structs are in kernel_types.h.
 //
 // Contract, common to every function here and to every backend:
 // - Inputs are dense row-major Tensors; outputs are new Tensors from the buffer pool

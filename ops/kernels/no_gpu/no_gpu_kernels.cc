@@ -1,4 +1,7 @@
 // The GPU half of the kernel front in a build without CUDA: every function throws, naming the op.
+#include <string>
+#include <string_view>
+
 #include "ops/kernels/gpu/gpu_kernels.h"
 #include "runtime/error.h"
 
