@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include "ops/kernels/kernels.h"
+#include "ops/kernels/memory.h"
+#include "ops/kernels/optimizer_update.h"
 
 using namespace dtensor;
 using namespace dtensor::kernels;
@@ -66,4 +68,37 @@ TEST_CASE("GPU tensors reach the GPU stub, which names the op") {
                        Message(std::string("[transpose]") + tail));
   // Shape arithmetic is host-only and needs no GPU kernel.
   CHECK(broadcast_shapes({2, 1}, {3}, "add") == Shape{2, 3});
+}
+
+TEST_CASE("the runtime's element loops dispatch the same way") {
+  Tensor cpu = Tensor::zeros({2, 3}, DType::kF32);
+  Tensor gpu = on_gpu(Tensor::zeros({2, 3}, DType::kF32));
+  const char* tail = " GPU kernels are not built into this binary (built without CUDA)";
+  CHECK_THROWS_MATCHES(copy_box_elements(cpu, {0, 0}, gpu, {0, 0}, {2, 3}), InvalidArgumentError,
+                       Message("[copy_box] inputs are on CPU:0 and GPU:0 (f32[2,3] and f32[2,3]); "
+                               "a kernel runs on one device type"));
+  CHECK_THROWS_MATCHES(copy_box_elements(gpu, {0, 0}, gpu, {0, 0}, {2, 3}), UnimplementedError,
+                       Message(std::string("[copy_box]") + tail));
+  CHECK_THROWS_MATCHES(reduce_range_elements(gpu, gpu, ReduceOp::kSum, 0, 6), UnimplementedError,
+                       Message(std::string("[reduce_into]") + tail));
+  CHECK_THROWS_MATCHES(reduce_tensors_into(cpu, {cpu, gpu}, ReduceOp::kMax), InvalidArgumentError,
+                       Message("[reduce_tensors] inputs are on CPU:0 and GPU:0 (f32[2,3] and "
+                               "f32[2,3]); a kernel runs on one device type"));
+  CHECK_THROWS_MATCHES(fill_value(gpu, 1.0), UnimplementedError,
+                       Message(std::string("[fill]") + tail));
+  CHECK_THROWS_MATCHES(fill_random(gpu, {2, 3}, {0, 0}, RandomSpec{}), UnimplementedError,
+                       Message(std::string("[random_uniform]") + tail));
+  CHECK_THROWS_MATCHES(adam_update(gpu, gpu, gpu, gpu, gpu, gpu, gpu, {0.9, 0.999, 0.1, 1e-7, 1}),
+                       UnimplementedError, Message(std::string("[Adam]") + tail));
+  CHECK_THROWS_MATCHES(sgd_update(cpu, gpu, cpu, 0.1), InvalidArgumentError,
+                       Message("[SGD] inputs are on CPU:0 and GPU:0 (f32[2,3] and f32[2,3]); a "
+                               "kernel runs on one device type"));
+  // And the CPU halves run.
+  Tensor ones = Tensor::empty({2, 3}, DType::kF32);
+  fill_value(ones, 1.0);
+  Tensor out = Tensor::empty({2, 3}, DType::kF32);
+  sgd_update(ones, ones, out, 0.5);
+  CHECK(out.data<float>()[5] == 0.5f);
+  reduce_range_elements(out, ones, ReduceOp::kSum, 0, 6);
+  CHECK(out.data<float>()[0] == 1.5f);
 }
