@@ -177,3 +177,5 @@ Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& padd
 Tensor scatter_add(const Shape& shape, const Tensor& indices, const Tensor& updates, int64_t axis);
 
 }  // namespace dtensor::kernels
+
+#include "ops/kernels/kernels_inl.h"  // IWYU pragma: export

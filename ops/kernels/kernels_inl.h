@@ -1,5 +1,7 @@
-// The device-neutral front: one switch on the inputs' device type per kernel call.
-#include "ops/kernels/kernels.h"
+// The inline definitions of the kernel front declared in kernels.h: one switch on the inputs'
+// device type per call, compiled into the caller so that a CPU kernel costs one direct call as
+// before. Included by kernels.h only.
+#pragma once
 
 #include "ops/kernels/cpu/cpu_kernels.h"
 #include "ops/kernels/dispatch.h"
@@ -7,7 +9,7 @@
 
 namespace dtensor::kernels {
 
-Tensor unary(UnaryOp op, const Tensor& x) {
+inline Tensor unary(UnaryOp op, const Tensor& x) {
   switch (dispatch::device_type_of(op, x)) {
     case DeviceType::kCPU:
       return cpu::unary(op, x);
@@ -17,7 +19,7 @@ Tensor unary(UnaryOp op, const Tensor& x) {
   return gpu::unary(op, x);
 }
 
-Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+inline Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   switch (dispatch::device_type_of(op, a, b)) {
     case DeviceType::kCPU:
       return cpu::binary(op, a, b);
@@ -27,11 +29,11 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   return gpu::binary(op, a, b);
 }
 
-Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+inline Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   return cpu::broadcast_shapes(a, b, op);
 }
 
-Tensor scale(const Tensor& x, double alpha) {
+inline Tensor scale(const Tensor& x, double alpha) {
   switch (dispatch::device_type_of("scale", x)) {
     case DeviceType::kCPU:
       return cpu::scale(x, alpha);
@@ -41,7 +43,7 @@ Tensor scale(const Tensor& x, double alpha) {
   return gpu::scale(x, alpha);
 }
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+inline Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   switch (dispatch::device_type_of("where", cond, a, b)) {
     case DeviceType::kCPU:
       return cpu::where(cond, a, b);
@@ -51,7 +53,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return gpu::where(cond, a, b);
 }
 
-Tensor cast(const Tensor& x, DType dtype) {
+inline Tensor cast(const Tensor& x, DType dtype) {
   switch (dispatch::device_type_of("cast", x)) {
     case DeviceType::kCPU:
       return cpu::cast(x, dtype);
@@ -61,7 +63,7 @@ Tensor cast(const Tensor& x, DType dtype) {
   return gpu::cast(x, dtype);
 }
 
-Tensor broadcast_to(const Tensor& x, const Shape& shape) {
+inline Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   switch (dispatch::device_type_of("broadcast_to", x)) {
     case DeviceType::kCPU:
       return cpu::broadcast_to(x, shape);
@@ -71,7 +73,7 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   return gpu::broadcast_to(x, shape);
 }
 
-Tensor sum_to(const Tensor& x, const Shape& shape) {
+inline Tensor sum_to(const Tensor& x, const Shape& shape) {
   switch (dispatch::device_type_of("sum_to", x)) {
     case DeviceType::kCPU:
       return cpu::sum_to(x, shape);
@@ -81,7 +83,7 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   return gpu::sum_to(x, shape);
 }
 
-Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
+inline Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
   switch (dispatch::device_type_of("matmul", a, b)) {
     case DeviceType::kCPU:
       return cpu::matmul(a, b, options);
@@ -91,8 +93,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
   return gpu::matmul(a, b, options);
 }
 
-void matmul_accumulate(const Tensor& a, const Tensor& b, Tensor& out,
-                       const MatmulOptions& options) {
+inline void matmul_accumulate(const Tensor& a, const Tensor& b, Tensor& out,
+                              const MatmulOptions& options) {
   switch (dispatch::device_type_of("matmul_accumulate", a, b, out)) {
     case DeviceType::kCPU:
       return cpu::matmul_accumulate(a, b, out, options);
@@ -102,10 +104,10 @@ void matmul_accumulate(const Tensor& a, const Tensor& b, Tensor& out,
   return gpu::matmul_accumulate(a, b, out, options);
 }
 
-void set_blas_threads(int n) { return cpu::set_blas_threads(n); }
+inline void set_blas_threads(int n) { return cpu::set_blas_threads(n); }
 
-Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
-             std::optional<UnaryOp> activation, const MatmulOptions& options) {
+inline Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
+                    std::optional<UnaryOp> activation, const MatmulOptions& options) {
   switch (dispatch::device_type_of("dense", x, w, bias)) {
     case DeviceType::kCPU:
       return cpu::dense(x, w, bias, activation, options);
@@ -115,7 +117,8 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
   return gpu::dense(x, w, bias, activation, options);
 }
 
-Tensor reduce(ReduceKind kind, const Tensor& x, const std::vector<int64_t>& axes, bool keepdims) {
+inline Tensor reduce(ReduceKind kind, const Tensor& x, const std::vector<int64_t>& axes,
+                     bool keepdims) {
   switch (dispatch::device_type_of(kind, x)) {
     case DeviceType::kCPU:
       return cpu::reduce(kind, x, axes, keepdims);
@@ -125,7 +128,7 @@ Tensor reduce(ReduceKind kind, const Tensor& x, const std::vector<int64_t>& axes
   return gpu::reduce(kind, x, axes, keepdims);
 }
 
-Tensor argmax(const Tensor& x, int64_t axis, bool keepdims) {
+inline Tensor argmax(const Tensor& x, int64_t axis, bool keepdims) {
   switch (dispatch::device_type_of("argmax", x)) {
     case DeviceType::kCPU:
       return cpu::argmax(x, axis, keepdims);
@@ -135,7 +138,7 @@ Tensor argmax(const Tensor& x, int64_t axis, bool keepdims) {
   return gpu::argmax(x, axis, keepdims);
 }
 
-Tensor argmin(const Tensor& x, int64_t axis, bool keepdims) {
+inline Tensor argmin(const Tensor& x, int64_t axis, bool keepdims) {
   switch (dispatch::device_type_of("argmin", x)) {
     case DeviceType::kCPU:
       return cpu::argmin(x, axis, keepdims);
@@ -145,7 +148,7 @@ Tensor argmin(const Tensor& x, int64_t axis, bool keepdims) {
   return gpu::argmin(x, axis, keepdims);
 }
 
-Tensor softmax(const Tensor& x, int64_t axis) {
+inline Tensor softmax(const Tensor& x, int64_t axis) {
   switch (dispatch::device_type_of("softmax", x)) {
     case DeviceType::kCPU:
       return cpu::softmax(x, axis);
@@ -155,7 +158,7 @@ Tensor softmax(const Tensor& x, int64_t axis) {
   return gpu::softmax(x, axis);
 }
 
-Tensor log_softmax(const Tensor& x, int64_t axis) {
+inline Tensor log_softmax(const Tensor& x, int64_t axis) {
   switch (dispatch::device_type_of("log_softmax", x)) {
     case DeviceType::kCPU:
       return cpu::log_softmax(x, axis);
@@ -165,7 +168,7 @@ Tensor log_softmax(const Tensor& x, int64_t axis) {
   return gpu::log_softmax(x, axis);
 }
 
-Tensor logsumexp(const Tensor& x, int64_t axis, bool keepdims) {
+inline Tensor logsumexp(const Tensor& x, int64_t axis, bool keepdims) {
   switch (dispatch::device_type_of("logsumexp", x)) {
     case DeviceType::kCPU:
       return cpu::logsumexp(x, axis, keepdims);
@@ -175,7 +178,7 @@ Tensor logsumexp(const Tensor& x, int64_t axis, bool keepdims) {
   return gpu::logsumexp(x, axis, keepdims);
 }
 
-Tensor softmax_shift(const Tensor& max) {
+inline Tensor softmax_shift(const Tensor& max) {
   switch (dispatch::device_type_of("softmax_shift", max)) {
     case DeviceType::kCPU:
       return cpu::softmax_shift(max);
@@ -185,7 +188,7 @@ Tensor softmax_shift(const Tensor& max) {
   return gpu::softmax_shift(max);
 }
 
-Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& labels) {
+inline Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& labels) {
   switch (dispatch::device_type_of("sparse_softmax_cross_entropy", logits, labels)) {
     case DeviceType::kCPU:
       return cpu::sparse_softmax_cross_entropy(logits, labels);
@@ -195,8 +198,8 @@ Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& labels) 
   return gpu::sparse_softmax_cross_entropy(logits, labels);
 }
 
-Tensor sparse_softmax_cross_entropy_grad(const Tensor& logits, const Tensor& labels,
-                                         const Tensor& grad) {
+inline Tensor sparse_softmax_cross_entropy_grad(const Tensor& logits, const Tensor& labels,
+                                                const Tensor& grad) {
   switch (dispatch::device_type_of("sparse_softmax_cross_entropy_grad", logits, labels, grad)) {
     case DeviceType::kCPU:
       return cpu::sparse_softmax_cross_entropy_grad(logits, labels, grad);
@@ -206,7 +209,7 @@ Tensor sparse_softmax_cross_entropy_grad(const Tensor& logits, const Tensor& lab
   return gpu::sparse_softmax_cross_entropy_grad(logits, labels, grad);
 }
 
-Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype, double on, double off) {
+inline Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype, double on, double off) {
   switch (dispatch::device_type_of("one_hot", indices)) {
     case DeviceType::kCPU:
       return cpu::one_hot(indices, depth, dtype, on, off);
@@ -216,7 +219,8 @@ Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype, double on, dou
   return gpu::one_hot(indices, depth, dtype, on, off);
 }
 
-LayerNormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+inline LayerNormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                  double eps) {
   switch (dispatch::device_type_of("layer_norm", x, gamma, beta)) {
     case DeviceType::kCPU:
       return cpu::layer_norm(x, gamma, beta, eps);
@@ -226,8 +230,8 @@ LayerNormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& b
   return gpu::layer_norm(x, gamma, beta, eps);
 }
 
-LayerNormGrad layer_norm_grad(const Tensor& dy, const Tensor& x, const Tensor& gamma,
-                              const Tensor& mean, const Tensor& rstd) {
+inline LayerNormGrad layer_norm_grad(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                                     const Tensor& mean, const Tensor& rstd) {
   switch (dispatch::device_type_of("layer_norm_grad", dy, x, gamma, mean, rstd)) {
     case DeviceType::kCPU:
       return cpu::layer_norm_grad(dy, x, gamma, mean, rstd);
@@ -237,7 +241,7 @@ LayerNormGrad layer_norm_grad(const Tensor& dy, const Tensor& x, const Tensor& g
   return gpu::layer_norm_grad(dy, x, gamma, mean, rstd);
 }
 
-Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm) {
+inline Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm) {
   switch (dispatch::device_type_of("transpose", x)) {
     case DeviceType::kCPU:
       return cpu::transpose(x, perm);
@@ -247,7 +251,7 @@ Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm) {
   return gpu::transpose(x, perm);
 }
 
-Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
+inline Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
   switch (xs.empty() ? DeviceType::kCPU : dispatch::device_type_of("concat", xs)) {
     case DeviceType::kCPU:
       return cpu::concat(xs, axis);
@@ -257,7 +261,7 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
   return gpu::concat(xs, axis);
 }
 
-Tensor slice(const Tensor& x, const std::vector<int64_t>& begin, const Shape& size) {
+inline Tensor slice(const Tensor& x, const std::vector<int64_t>& begin, const Shape& size) {
   switch (dispatch::device_type_of("slice", x)) {
     case DeviceType::kCPU:
       return cpu::slice(x, begin, size);
@@ -267,7 +271,7 @@ Tensor slice(const Tensor& x, const std::vector<int64_t>& begin, const Shape& si
   return gpu::slice(x, begin, size);
 }
 
-Tensor gather(const Tensor& params, const Tensor& indices, int64_t axis) {
+inline Tensor gather(const Tensor& params, const Tensor& indices, int64_t axis) {
   switch (dispatch::device_type_of("gather", params, indices)) {
     case DeviceType::kCPU:
       return cpu::gather(params, indices, axis);
@@ -277,8 +281,8 @@ Tensor gather(const Tensor& params, const Tensor& indices, int64_t axis) {
   return gpu::gather(params, indices, axis);
 }
 
-Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& paddings,
-           double value) {
+inline Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& paddings,
+                  double value) {
   switch (dispatch::device_type_of("pad", x)) {
     case DeviceType::kCPU:
       return cpu::pad(x, paddings, value);
@@ -288,7 +292,8 @@ Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& padd
   return gpu::pad(x, paddings, value);
 }
 
-Tensor scatter_add(const Shape& shape, const Tensor& indices, const Tensor& updates, int64_t axis) {
+inline Tensor scatter_add(const Shape& shape, const Tensor& indices, const Tensor& updates,
+                          int64_t axis) {
   switch (dispatch::device_type_of("scatter_add", updates, indices)) {
     case DeviceType::kCPU:
       return cpu::scatter_add(shape, indices, updates, axis);
