@@ -5,13 +5,15 @@
 #include <map>
 
 #include "dtensor/relayout.h"
+#include "ops/kernels/memory.h"
 #include "runtime/random.h"
 
 namespace dtensor {
 namespace {
 
 // Builds one buffer per distinct box of `layout` (without its partial dims) with `make_box`,
-// shares it among the devices holding that box, then applies the partial dims.
+// shares it among the devices holding that box in one memory space, then applies the partial
+// dims.
 template <typename MakeBox>
 DTensor build(const char* function, const Shape& shape, const Layout& layout, DType dtype,
               MakeBox&& make_box) {
@@ -24,13 +26,15 @@ DTensor build(const char* function, const Shape& shape, const Layout& layout, DT
   shards.reserve(static_cast<size_t>(mesh.num_local_devices()));
   for (int64_t id : mesh.local_device_ids()) {
     std::vector<int64_t> offset = full.shard_offset(shape, id);
+    const Device device = mesh_device(mesh, id);
     auto it = boxes.find(offset);
-    if (it == boxes.end()) {
-      Tensor box = Tensor::empty(full.shard_shape(shape, id), dtype, mesh_device(mesh, id));
+    // One buffer per box and memory space: every CPU device shares it, a GPU has its own.
+    if (it == boxes.end() || !same_memory_space(it->second.device(), device)) {
+      Tensor box = Tensor::empty(full.shard_shape(shape, id), dtype, device);
       make_box(box, offset);
-      it = boxes.emplace(std::move(offset), box).first;
+      it = boxes.insert_or_assign(std::move(offset), box).first;
     }
-    shards.push_back(it->second.with_device(mesh_device(mesh, id)));
+    shards.push_back(it->second.with_device(device));
   }
   DTensor value = DTensor::from_trusted_shards(shape, dtype, full, std::move(shards));
   return layout.is_partial() ? relayout(value, layout) : value;
@@ -53,20 +57,6 @@ bool fits_dtype(double value) {
   }
 }
 
-void fill_value(Tensor& box, double value) {
-  visit_dtype(box.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    T v;
-    if constexpr (std::is_same_v<T, BFloat16>) {
-      v = BFloat16(static_cast<float>(value));
-    } else {
-      v = static_cast<T>(value);
-    }
-    T* data = static_cast<T*>(box.raw_data());
-    for (int64_t i = 0; i < box.num_elements(); ++i) data[i] = v;
-  });
-}
-
 void check_fill_value(const char* function, double value, DType dtype) {
   const bool fits =
       visit_dtype(dtype, [&](auto zero) { return fits_dtype<decltype(zero)>(value); });
@@ -80,7 +70,7 @@ DTensor fill_named(const char* function, const Shape& shape, const Layout& layou
                    DType dtype) {
   check_fill_value(function, value, dtype);
   return build(function, shape, layout, dtype,
-               [&](Tensor& box, const std::vector<int64_t>&) { fill_value(box, value); });
+               [&](Tensor& box, const std::vector<int64_t>&) { kernels::fill_value(box, value); });
 }
 
 DTensor random(const char* function, const Shape& shape, const Layout& layout, DType dtype,

@@ -49,7 +49,21 @@ DTensor::DTensor(Shape shape, DType dtype, Layout layout, std::vector<Tensor> sh
           shape_to_string(shard.shape()), ids[i], shape_to_string(expected),
           shape_to_string(shape_), layout_.short_string());
     }
-    if (shard.device().id != ids[i]) shard = shard.with_device(mesh_device(mesh, ids[i]));
+    if (shard.memory_space() != memory_space_of(shard.device().type)) {
+      throw_error<InvalidArgumentError>(
+          "DTensor", "component {} is tagged {} but lives in {} memory", i,
+          device_to_string(shard.device()), memory_space_name(shard.memory_space()));
+    }
+    const Device device = mesh_device(mesh, ids[i]);
+    if (shard.device() != device) {
+      // Retagging moves no bytes: only a device that can use the buffer where it is may take it.
+      if (!same_memory_space(shard.device(), device)) {
+        throw_error<InvalidArgumentError>(
+            "DTensor", "component {} is on {}, but mesh device {} is {}, another memory space", i,
+            device_to_string(shard.device()), ids[i], device_to_string(device));
+      }
+      shard = shard.with_device(device);
+    }
   }
 }
 
@@ -156,14 +170,23 @@ DTensor distribute(const Tensor& global, const Layout& layout) {
   std::map<std::vector<int64_t>, Tensor> boxes;  // shard offset -> shared buffer
   std::vector<Tensor> shards;
   for (int64_t id : mesh.local_device_ids()) {
+    const Device device = mesh_device(mesh, id);
     std::vector<int64_t> offset = full.shard_offset(global.shape(), id);
     auto it = boxes.find(offset);
-    if (it == boxes.end()) {
+    // Replicated boxes share one buffer within a memory space (every CPU device); a device in
+    // another space gets its own copy.
+    if (it == boxes.end() || !same_memory_space(it->second.device(), device)) {
       Shape extent = full.shard_shape(global.shape(), id);
-      Tensor box = extent == global.shape() ? global : slice_box(global, offset, extent);
-      it = boxes.emplace(offset, box).first;
+      Tensor box;
+      if (same_memory_space(global.device(), device)) {
+        box = extent == global.shape() ? global : slice_box(global, offset, extent);
+      } else {
+        box = Tensor::empty(extent, global.dtype(), device);
+        copy_box(global, offset, box, std::vector<int64_t>(extent.size(), 0), extent);
+      }
+      it = boxes.insert_or_assign(offset, box).first;
     }
-    shards.push_back(it->second.with_device(mesh_device(mesh, id)));
+    shards.push_back(it->second.with_device(device));
   }
   DTensor value =
       DTensor::from_trusted_shards(global.shape(), global.dtype(), full, std::move(shards));

@@ -79,7 +79,8 @@ TEST_CASE("pack validates its components") {
   }
   SECTION("device type") {
     std::vector<Tensor> bad = good;
-    bad[1] = Tensor::zeros({2, 3}, DType::kF32, Device{DeviceType::kGPU, 1});
+    // A GPU tag on a host buffer: this build cannot allocate GPU memory (runtime/allocator.h).
+    bad[1] = Tensor::zeros({2, 3}, DType::kF32).with_device(Device{DeviceType::kGPU, 1});
     CHECK_THROWS_MATCHES(pack(bad, rows), InvalidArgumentError,
                          Message("[DTensor] component 1 is on GPU:1, the mesh has CPU devices"));
   }
@@ -210,6 +211,50 @@ TEST_CASE("virtual CPUs size the meshes this process can create") {
                                "virtual CPUs; call configure_virtual_cpus(4) first"));
   CHECK_THROWS_MATCHES(configure_virtual_cpus(0), InvalidArgumentError,
                        Message("[configure_virtual_cpus] need n >= 1, got 0"));
+}
+
+TEST_CASE("a GPU mesh in a build without CUDA fails at creation") {
+  configure_virtual_cpus(8);
+  CHECK_THROWS_MATCHES(create_mesh({{"batch", 2}, {"model", 4}}, DeviceType::kGPU),
+                       UnimplementedError,
+                       Message("[create_mesh] mesh |batch=2,model=4| has GPU devices, but this "
+                               "binary was built without CUDA"));
+  CHECK_THROWS_MATCHES(create_mesh("batch=2", DeviceType::kGPU), UnimplementedError,
+                       Message("[create_mesh] mesh |batch=2| has GPU devices, but this binary was "
+                               "built without CUDA"));
+  // The check comes first: the virtual CPU count (still 8 here) does not matter.
+  CHECK(num_virtual_cpus() == 8);
+  CHECK(create_mesh({{"batch", 8}}, DeviceType::kCPU).device_type() == DeviceType::kCPU);
+  CHECK(create_mesh("batch=4", DeviceType::kCPU, "named").name() == "named");
+  // A GPU mesh can still be described (Mesh::create), but no tensor can be made on it.
+  Mesh gpus = Mesh::create({{"batch", 2}}, DeviceType::kGPU);
+  CHECK_THROWS_MATCHES(zeros({4}, Layout::replicated(gpus, 1)), UnimplementedError,
+                       Message("[Tensor::empty] cannot allocate 16 bytes on GPU:0: this binary "
+                               "was built without CUDA"));
+}
+
+TEST_CASE("pack rejects components whose buffer is not where their device is") {
+  Mesh gpus = Mesh::create({{"batch", 2}}, DeviceType::kGPU);
+  Layout rows = Layout::batch_sharded(gpus, "batch", 2, 0);
+  std::vector<Tensor> parts;
+  for (int64_t i = 0; i < 2; ++i) {
+    parts.push_back(Tensor::zeros({1, 3}, DType::kF32).with_device({DeviceType::kGPU, i}));
+  }
+  CHECK_THROWS_MATCHES(pack(parts, rows), InvalidArgumentError,
+                       Message("[DTensor] component 0 is tagged GPU:0 but lives in host memory"));
+}
+
+TEST_CASE("replicated shards share one buffer on CPU devices") {
+  Mesh mesh = line8();
+  for (const DTensor& t :
+       {zeros({3}, Layout::replicated(mesh, 1)),
+        random_uniform({3}, Layout::replicated(mesh, 1), 7),
+        distribute(Tensor::zeros({3}, DType::kF32), Layout::replicated(mesh, 1))}) {
+    for (int64_t i = 1; i < 8; ++i) {
+      CHECK(t.shard(i).shares_storage_with(t.shard(0)));
+      CHECK(same_memory_space(t.shard(i).device(), t.shard(0).device()));
+    }
+  }
 }
 
 TEST_CASE("regression: creating a tensor whose element count overflows is a ShapeError") {

@@ -305,7 +305,8 @@ std::vector<int64_t> at_axis(int64_t rank, int64_t axis, int64_t offset) {
 }
 
 // Local slice along `step.to_axis`: device with coordinate c along the mesh dim keeps chunk c.
-// Devices that slice the same buffer to the same chunk share the result.
+// Devices that slice the same buffer to the same chunk share the result (within one memory space:
+// all CPU devices; a GPU only with itself).
 std::vector<Tensor> slice_step(const std::vector<Tensor>& shards, const Mesh& mesh,
                                const RelayoutStep& step) {
   const int64_t k = mesh.dims()[step.mesh_dim].size;
@@ -317,7 +318,10 @@ std::vector<Tensor> slice_step(const std::vector<Tensor>& shards, const Mesh& me
     const int64_t c = mesh.coord(ids[i], step.mesh_dim);
     // A linear scan over the few local devices for an earlier device with the same slice.
     size_t j = 0;
-    while (j < i && !(shards[j].is_same_as(src) && mesh.coord(ids[j], step.mesh_dim) == c)) ++j;
+    while (j < i && !(shards[j].is_same_as(src) && mesh.coord(ids[j], step.mesh_dim) == c &&
+                      same_memory_space(shards[j].device(), src.device()))) {
+      ++j;
+    }
     if (j < i) {
       out.push_back(out[j].with_device(src.device()));
       continue;

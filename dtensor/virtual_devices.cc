@@ -36,15 +36,39 @@ void configure_virtual_cpus(int64_t n) {
 
 int64_t num_virtual_cpus() { return virtual_cpus.load(); }
 
+namespace {
+
+// "batch=2,model=4", the dims as a mesh string spells them.
+std::string dims_text(const std::vector<MeshDim>& dims) {
+  std::string spec;
+  for (const MeshDim& d : dims) {
+    spec += (spec.empty() ? "" : ",") + d.name + "=" + std::to_string(d.size);
+  }
+  return spec;
+}
+
+void check_backend(const std::vector<MeshDim>& dims, DeviceType type) {
+  if (type == DeviceType::kGPU && !gpu_backend_built()) {
+    throw_error<UnimplementedError>(
+        "create_mesh", "mesh |{}| has GPU devices, but this binary was built without CUDA",
+        dims_text(dims));
+  }
+}
+
+}  // namespace
+
 Mesh create_mesh(std::vector<MeshDim> dims, std::string name) {
+  return create_mesh(std::move(dims), DeviceType::kCPU, std::move(name));
+}
+
+Mesh create_mesh(std::vector<MeshDim> dims, DeviceType type, std::string name) {
+  check_backend(dims, type);
   int64_t devices = 1;
   for (const MeshDim& d : dims) devices *= d.size;
   const int64_t local = num_virtual_cpus();
   const ProcessInfo process = this_process();
   if (devices != local * process.count) {
-    std::string spec;
-    for (const MeshDim& d : dims)
-      spec += (spec.empty() ? "" : ",") + d.name + "=" + std::to_string(d.size);
+    const std::string spec = dims_text(dims);
     if (process.count == 1) {
       throw_error<MeshError>("create_mesh",
                              "mesh {} has {} devices but this process has {} virtual CPUs; call "
@@ -56,14 +80,18 @@ Mesh create_mesh(std::vector<MeshDim> dims, std::string name) {
                            "have {}",
                            spec, devices, process.count, local, local * process.count);
   }
-  Mesh mesh = Mesh::create(std::move(dims), DeviceType::kCPU, process.index, process.count,
-                           std::move(name));
+  Mesh mesh = Mesh::create(std::move(dims), type, process.index, process.count, std::move(name));
   if (process.count > 1) check_same_mesh_everywhere(mesh, process);
   return mesh;
 }
 
 Mesh create_mesh(const char* dims, std::string name) {
+  return create_mesh(dims, DeviceType::kCPU, std::move(name));
+}
+
+Mesh create_mesh(const char* dims, DeviceType type, std::string name) {
   std::vector<MeshDim> parsed = parse_mesh_dims(dims == nullptr ? "" : dims);
+  check_backend(parsed, type);
   int64_t devices = 1;
   for (const MeshDim& d : parsed) devices *= d.size;
   const ProcessInfo process = this_process();
@@ -73,7 +101,7 @@ Mesh create_mesh(const char* dims, std::string name) {
                            devices, process.count);
   }
   configure_virtual_cpus(devices / process.count);
-  return create_mesh(std::move(parsed), std::move(name));
+  return create_mesh(std::move(parsed), type, std::move(name));
 }
 
 }  // namespace dtensor

@@ -43,6 +43,9 @@ class Mesh {
   // device ids. Throws MeshError for invalid dims (more than kMaxDims, a name that is empty,
   // reserved or has characters other than letters, digits and _-., a repeated name, a size < 1,
   // more than kMaxDevices devices) or a device count not divisible by the process count.
+  // A mesh is a description: a GPU mesh can be created, printed and fingerprinted in any build.
+  // Running on it is what needs a GPU backend: create_mesh (dtensor/virtual_devices.h) and GPU
+  // allocations fail in a build without CUDA.
   static Mesh create(std::vector<MeshDim> dims, DeviceType type, int64_t process_index = 0,
                      int64_t num_processes = 1, std::string name = "");
   // Parses the textual form; throws MeshError with the offending text.

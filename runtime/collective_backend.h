@@ -65,7 +65,10 @@ class CollectiveBackend {
 };
 
 // One result shared by every member in `inputs` (re-tagged with each member's device): how a
-// backend returns a replicated result stored once.
+// backend returns a replicated result stored once. Only members in the result's memory space can
+// share it (runtime/device.h same_memory_space: the CPU devices of a process); for any other
+// member it throws InternalError, since a backend for such devices (a GPU each) must return one
+// result per member.
 std::vector<Tensor> share_result(const Tensor& result, const std::vector<Tensor>& inputs);
 
 // Throws CommunicationError "[function] the <backend> backend takes one member per process ..."

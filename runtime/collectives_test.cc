@@ -176,3 +176,17 @@ TEST_CASE("the in-process backend refuses groups that span processes") {
       Message("[all_reduce] device 2 belongs to process 1; the in-process backend needs every "
               "member of a group in this process (launch with mpirun to use the MPI backend)"));
 }
+
+TEST_CASE("share_result shares a buffer only within one memory space") {
+  const Tensor result = iota({2}, 1.0f);
+  const Tensor cpu3 = Tensor::zeros({2}, DType::kF32, Device{DeviceType::kCPU, 3});
+  std::vector<Tensor> shared = share_result(result, {result, cpu3});
+  REQUIRE(shared.size() == 2);
+  CHECK(shared[1].shares_storage_with(result));
+  CHECK(shared[1].device() == Device{DeviceType::kCPU, 3});
+  // A GPU member has its own memory: a backend for GPUs returns one result per member instead.
+  const Tensor gpu1 = Tensor::zeros({2}, DType::kF32).with_device(Device{DeviceType::kGPU, 1});
+  CHECK_THROWS_MATCHES(share_result(result, {result, gpu1}), InternalError,
+                       Message("[share_result] " + result.to_string() +
+                               " on CPU:0 cannot be shared with GPU:1: another memory space"));
+}

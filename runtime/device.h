@@ -1,4 +1,4 @@
-// Device identities: a type and a global device id within a mesh.
+// Device identities: a type and a global device id within a mesh. Plain values, thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -26,5 +26,17 @@ struct Device {
 
 // "CPU:3"
 std::string device_to_string(const Device& device);
+
+// True if a buffer on `a` can be read and written on `b` as it is, so that replicated shards on
+// the two devices may share one buffer: all CPU devices of a process share host memory, and a GPU
+// device shares only with itself.
+inline bool same_memory_space(const Device& a, const Device& b) {
+  if (a.type != b.type) return false;
+  return a.type == DeviceType::kCPU || a.id == b.id;
+}
+
+// True if this binary has a GPU backend (a CUDA build); defined by the backend library the build
+// links (runtime/no_gpu/ otherwise).
+bool gpu_backend_built();
 
 }  // namespace dtensor

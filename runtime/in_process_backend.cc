@@ -21,7 +21,15 @@ std::vector<int64_t> Group::local_positions() const {
 std::vector<Tensor> share_result(const Tensor& result, const std::vector<Tensor>& inputs) {
   std::vector<Tensor> out;
   out.reserve(inputs.size());
-  for (const Tensor& in : inputs) out.push_back(result.with_device(in.device()));
+  for (const Tensor& in : inputs) {
+    if (!same_memory_space(result.device(), in.device())) {
+      throw_error<InternalError>("share_result",
+                                 "{} on {} cannot be shared with {}: another memory space",
+                                 result.to_string(), device_to_string(result.device()),
+                                 device_to_string(in.device()));
+    }
+    out.push_back(result.with_device(in.device()));
+  }
   return out;
 }
 

@@ -13,12 +13,16 @@
 //
 // Thread-safety: every function here is pure (no global state). Concurrent calls are safe as long
 // as they write to different shards.
+//
+// The arguments are checked here; the element loop runs behind the kernel front
+// (ops/kernels/memory.h: fill_random), on the device of the shard.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <vector>
 
+#include "runtime/random_spec.h"
 #include "runtime/shape.h"
 #include "runtime/tensor.h"
 
@@ -26,15 +30,6 @@ namespace dtensor {
 
 // Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011).
 std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter, std::array<uint32_t, 2> key);
-
-enum class RandomDistribution : uint8_t { kUniform, kNormal, kTruncatedNormal };
-
-struct RandomSpec {
-  RandomDistribution distribution = RandomDistribution::kUniform;
-  uint64_t seed = 0;
-  double a = 0.0;  // uniform: minval; normal/truncated: mean
-  double b = 1.0;  // uniform: maxval; normal/truncated: stddev
-};
 
 // Fills `shard` with the values that the elements of a tensor of shape `global_shape` take at
 // global positions `offset + local index` (row-major; shard.shape() is the shard's shape, `offset`

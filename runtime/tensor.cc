@@ -15,15 +15,14 @@
 
 namespace dtensor {
 
-namespace {
-constexpr size_t kAlignment = 64;
-}
+Storage::Storage(size_t nbytes) : Storage(host_allocator(), nbytes, Device{}, "Storage") {}
 
-Storage::Storage(size_t nbytes) : nbytes_(nbytes) {
-  size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
-  data_ = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
-  if (data_ == nullptr) throw std::bad_alloc();
-}
+Storage::Storage(Allocator& allocator, size_t nbytes, const Device& device, const char* function)
+    : data_(allocator.allocate(nbytes, device, function)),
+      nbytes_(nbytes),
+      allocator_(&allocator),
+      device_(device),
+      space_(allocator.memory_space()) {}
 
 Storage::Storage(size_t nbytes, ZeroPages) : nbytes_(nbytes), shared_zeros_(true) {
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
@@ -36,7 +35,7 @@ Storage::~Storage() {
   if (mapped_ > 0) {
     ::munmap(data_, mapped_);
   } else {
-    std::free(data_);
+    allocator_->free(data_, nbytes_, device_);
   }
 }
 
@@ -78,20 +77,33 @@ std::shared_ptr<Storage> allocate_or_throw(const char* function, const Shape& sh
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   const int64_t nbytes =
       checked_num_bytes(shape, static_cast<int64_t>(dtype_size(dtype)), "Tensor::empty");
-  return Tensor(shape, dtype, device,
-                allocate_or_throw("Tensor::empty", shape, dtype, nbytes,
-                                  [](size_t n) { return BufferPool::global().acquire(n); }));
+  if (device.type == DeviceType::kCPU) {
+    // The hot path: host memory recycled by the pool, no call through the Allocator interface.
+    return Tensor(shape, dtype, device,
+                  allocate_or_throw("Tensor::empty", shape, dtype, nbytes,
+                                    [](size_t n) { return BufferPool::global().acquire(n); }));
+  }
+  return Tensor(
+      shape, dtype, device, allocate_or_throw("Tensor::empty", shape, dtype, nbytes, [&](size_t n) {
+        return std::make_shared<Storage>(allocator_for(device.type), n, device, "Tensor::empty");
+      }));
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
-  std::memset(t.raw_data(), 0, t.nbytes());
+  if (device.type == DeviceType::kCPU) {
+    std::memset(t.raw_data(), 0, t.nbytes());
+  } else {
+    allocator_for(device.type).fill_zeros(t.raw_data(), t.nbytes(), device);
+  }
   return t;
 }
 
 Tensor Tensor::shared_zeros(const Shape& shape, DType dtype, Device device) {
   const size_t nbytes = static_cast<size_t>(
       checked_num_bytes(shape, static_cast<int64_t>(dtype_size(dtype)), "Tensor::shared_zeros"));
+  // Mapped zero pages are host memory; a device's zeros are its own (still never written).
+  if (device.type != DeviceType::kCPU) return zeros(shape, dtype, device);
   // Grown geometrically; outgrown storages stay registered (tensors may still view them), so
   // none ever becomes unique and no caller can take it for a private buffer.
   static std::mutex mu;
@@ -113,7 +125,11 @@ Tensor Tensor::shared_zeros(const Shape& shape, DType dtype, Device device) {
 
 Tensor Tensor::clone() const {
   Tensor t = empty(shape_, dtype_, device_);
-  std::memcpy(t.raw_data(), raw_data(), nbytes());
+  if (device_.type == DeviceType::kCPU) {
+    std::memcpy(t.raw_data(), raw_data(), nbytes());
+  } else {
+    allocator_for(device_.type).copy(t.raw_data(), raw_data(), nbytes(), device_);
+  }
   return t;
 }
 

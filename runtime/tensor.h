@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/allocator.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
@@ -18,11 +19,15 @@
 
 namespace dtensor {
 
-// Owns one 64-byte aligned allocation. Storage from BufferPool may be larger than the tensors
-// that use it: a Tensor's byte count comes from its shape, not from its storage.
+// Owns one 64-byte aligned allocation from an Allocator (runtime/allocator.h), and gives it back
+// to that allocator when destroyed. Storage from BufferPool may be larger than the tensors that
+// use it: a Tensor's byte count comes from its shape, not from its storage.
 class Storage {
  public:
+  // Host memory from host_allocator().
   explicit Storage(size_t nbytes);
+  // `nbytes` from `allocator` in the memory of `device`; `function` names the caller in errors.
+  Storage(Allocator& allocator, size_t nbytes, const Device& device, const char* function);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -30,6 +35,8 @@ class Storage {
   void* data() { return data_; }
   const void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
+  // Where the bytes live: host memory can be read by the host (and every CPU kernel).
+  MemorySpace memory_space() const { return space_; }
   // True for the process-wide zero storage behind Tensor::shared_zeros.
   bool is_shared_zeros() const { return shared_zeros_; }
 
@@ -41,6 +48,9 @@ class Storage {
 
   void* data_;
   size_t nbytes_;
+  Allocator* allocator_ = nullptr;  // gets data_ back; null for mapped zero pages
+  Device device_;                   // the device whose memory holds data_
+  MemorySpace space_ = MemorySpace::kHost;
   bool shared_zeros_ = false;
   size_t mapped_ = 0;  // bytes mapped with mmap (unmapped, not freed), or 0
 };
@@ -49,15 +59,18 @@ class Tensor {
  public:
   // An empty f32 scalar-less tensor (shape [0]); mostly a placeholder.
   Tensor();
-  // Uninitialised storage for `shape` and `dtype` on `device`, taken from BufferPool::global()
-  // (it may hold old contents of a recycled buffer).
+  // Uninitialised storage for `shape` and `dtype` in the memory of `device`, from the allocator
+  // of device.type (runtime/allocator.h): host memory comes from BufferPool::global() (it may
+  // hold old contents of a recycled buffer). GPU memory in a build without CUDA throws
+  // UnimplementedError naming the device.
   static Tensor empty(const Shape& shape, DType dtype, Device device = {});
   // Zero-filled.
   static Tensor zeros(const Shape& shape, DType dtype, Device device = {});
   // Zero-filled, on storage shared by the whole process and never written: a stand-in that
   // costs no allocation, for a term known to contribute nothing (a partial sum's other terms
-  // once one shard holds the sum; see ops/expand.h). Read-only mapped zero pages: they take no
-  // physical memory, and a write faults. It is never unique.
+  // once one shard holds the sum; see ops/expand.h). On the host: read-only mapped zero pages,
+  // which take no physical memory, and a write faults. It is never unique. Other memory spaces
+  // get a zero-filled buffer of their own (no sharing across devices).
   static Tensor shared_zeros(const Shape& shape, DType dtype, Device device = {});
   // Wraps existing storage; `storage` must hold at least num_elements(shape) * dtype_size bytes.
   Tensor(Shape shape, DType dtype, Device device, std::shared_ptr<Storage> storage);
@@ -87,7 +100,8 @@ class Tensor {
 
   // A deep copy with its own storage.
   Tensor clone() const;
-  // Same storage, other device tag (for moving a handle between virtual CPU devices).
+  // Same storage, other device tag (for moving a handle between virtual CPU devices). It moves no
+  // bytes: share only between devices for which same_memory_space() holds.
   Tensor with_device(Device device) const;
   // Same storage, other shape with the same number of elements.
   Tensor reshaped(const Shape& shape) const;
@@ -101,6 +115,8 @@ class Tensor {
   }
   // True if this is a shared_zeros tensor (all elements zero, storage read-only).
   bool is_shared_zeros() const { return storage_->is_shared_zeros(); }
+  // Where the elements live (host memory for every CPU tensor).
+  MemorySpace memory_space() const { return storage_->memory_space(); }
 
   // "f32[2,3]@CPU:0"
   std::string to_string() const;
@@ -115,7 +131,7 @@ class Tensor {
   std::shared_ptr<Storage> storage_;
 };
 
-// True if shapes, dtypes and bytes are identical (device tags are ignored).
+// True if shapes, dtypes and bytes are identical (device tags are ignored). Host memory only.
 bool bitwise_equal(const Tensor& a, const Tensor& b);
 
 }  // namespace dtensor

@@ -4,7 +4,7 @@
 
 #include "dtensor/creation.h"
 #include "dtensor/relayout.h"
-#include "runtime/thread_pool.h"
+#include "ops/kernels/optimizer_update.h"
 
 namespace dtensor {
 
@@ -103,8 +103,8 @@ void Optimizer::apply(const std::vector<DVariable>& vars, const std::vector<DTen
     for (size_t d = 0; d < n; ++d) {
       size_t same = d;
       for (size_t e = 0; e < d && same == d; ++e) {
-        bool match = value.shard(d).is_same_as(value.shard(e)) &&
-                     grad.shard(d).is_same_as(grad.shard(e));
+        bool match =
+            value.shard(d).is_same_as(value.shard(e)) && grad.shard(d).is_same_as(grad.shard(e));
         for (size_t s = 0; s < k && match; ++s) {
           match = slot_values[s].shard(d).is_same_as(slot_values[s].shard(e));
         }
@@ -137,38 +137,6 @@ void Optimizer::apply(const std::vector<DVariable>& vars, const std::vector<DTen
   ++step_;
 }
 
-namespace {
-
-template <typename Fn>
-void for_float(const Tensor& t, Fn&& fn) {
-  if (t.dtype() == DType::kF32)
-    fn(float{});
-  else
-    fn(double{});
-}
-
-template <typename T>
-struct AdamStep {
-  T b1, b2, lr_t, eps, decay;
-};
-
-// Elements [begin, end) of the fused Adam update. The buffers are parameters, not captures: the
-// compiler can then see they do not alias and vectorises the loop (sqrt and divide included).
-template <typename T>
-void adam_range(const AdamStep<T> a, const T* __restrict w, const T* __restrict g,
-                const T* __restrict m, const T* __restrict v, T* __restrict w_out,
-                T* __restrict m_out, T* __restrict v_out, int64_t begin, int64_t end) {
-  for (int64_t i = begin; i < end; ++i) {
-    const T mi = a.b1 * m[i] + (1 - a.b1) * g[i];
-    const T vi = a.b2 * v[i] + (1 - a.b2) * g[i] * g[i];
-    m_out[i] = mi;
-    v_out[i] = vi;
-    w_out[i] = w[i] * a.decay - a.lr_t * mi / (std::sqrt(vi) + a.eps);
-  }
-}
-
-}  // namespace
-
 SGD::SGD(Schedule lr, double momentum, bool nesterov)
     : Optimizer(std::move(lr), "SGD"), momentum_(momentum), nesterov_(nesterov) {
   if (momentum < 0 || momentum > 1) {
@@ -182,28 +150,12 @@ std::vector<std::string> SGD::slot_names() const {
 
 void SGD::update(const Tensor& var, const Tensor& grad, const std::vector<Tensor>& slots,
                  Tensor& var_out, std::vector<Tensor>& slots_out, double lr, int64_t) const {
-  for_float(var, [&](auto zero) {
-    using T = decltype(zero);
-    const T* w = var.data<T>();
-    const T* g = grad.data<T>();
-    T* out = var_out.data<T>();
-    const int64_t n = var.num_elements();
-    const T a = static_cast<T>(lr);
-    if (slots.empty()) {
-      for (int64_t i = 0; i < n; ++i) out[i] = w[i] - a * g[i];
-      return;
-    }
-    // Keras: velocity = momentum * velocity - lr * g; w += velocity (Nesterov: w += momentum *
-    // velocity - lr * g).
-    const T mu = static_cast<T>(momentum_);
-    const T* v = slots[0].data<T>();
-    T* v_out = slots_out[0].data<T>();
-    for (int64_t i = 0; i < n; ++i) {
-      T vel = mu * v[i] - a * g[i];
-      v_out[i] = vel;
-      out[i] = nesterov_ ? w[i] + mu * vel - a * g[i] : w[i] + vel;
-    }
-  });
+  if (slots.empty()) {
+    kernels::sgd_update(var, grad, var_out, lr);
+  } else {
+    kernels::sgd_momentum_update(var, grad, slots[0], var_out, slots_out[0], lr, momentum_,
+                                 nesterov_);
+  }
 }
 
 Adam::Adam(Schedule lr, double beta1, double beta2, double epsilon, double weight_decay,
@@ -226,31 +178,8 @@ void Adam::update(const Tensor& var, const Tensor& grad, const std::vector<Tenso
   // epsilon added unscaled (the paper's "epsilon hat").
   const double correction = std::sqrt(1 - std::pow(beta2_, static_cast<double>(step))) /
                             (1 - std::pow(beta1_, static_cast<double>(step)));
-  const double eps_hat = epsilon_;
-  for_float(var, [&](auto zero) {
-    using T = decltype(zero);
-    AdamStep<T> a{static_cast<T>(beta1_), static_cast<T>(beta2_),
-                  static_cast<T>(lr * correction), static_cast<T>(eps_hat),
-                  static_cast<T>(1 - lr * weight_decay_)};
-    const T* w = var.data<T>();
-    const T* g = grad.data<T>();
-    const T* m = slots[0].data<T>();
-    const T* v = slots[1].data<T>();
-    T* w_out = var_out.data<T>();
-    T* m_out = slots_out[0].data<T>();
-    T* v_out = slots_out[1].data<T>();
-    const int64_t n = var.num_elements();
-    ThreadPool& pool = ThreadPool::global();
-    if (n < (1 << 16) || ThreadPool::in_worker()) {
-      adam_range(a, w, g, m, v, w_out, m_out, v_out, 0, n);
-    } else {
-      const int64_t parts = pool.num_threads();
-      pool.parallel_for(parts, [&](int64_t p) {
-        ShardRange r = chunk_range(n, parts, p);
-        adam_range(a, w, g, m, v, w_out, m_out, v_out, r.offset, r.offset + r.size);
-      });
-    }
-  });
+  kernels::adam_update(var, grad, slots[0], slots[1], var_out, slots_out[0], slots_out[1],
+                       {beta1_, beta2_, lr * correction, epsilon_, 1 - lr * weight_decay_});
 }
 
 }  // namespace dtensor

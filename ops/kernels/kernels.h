@@ -1,6 +1,12 @@
-// Local CPU kernels: the single-device computations that the SPMD op layer runs on every shard.
+// Local kernels: the single-device computations that the SPMD op layer runs on every shard. This
+// is the device-neutral front: each function checks that its tensor inputs are on one device type
+// (InvalidArgumentError otherwise, e.g. "[add] inputs are on CPU:0 and GPU:0 (f32[2,3] and
+// f32[3]); a kernel runs on one device type") and dispatches with a switch on it to the CPU
+// implementation (ops/kernels/cpu/cpu_kernels.h) or the GPU one (ops/kernels/gpu/gpu_kernels.h; in
+// a build without CUDA a stub whose functions throw UnimplementedError). The enums and option
+// structs are in kernel_types.h.
 //
-// Contract, common to every function here:
+// Contract, common to every function here and to every backend:
 // - Inputs are dense row-major Tensors; outputs are new Tensors from the buffer pool
 //   (Tensor::empty) tagged with the device of the first tensor argument (scatter_add: of
 //   `updates`). No function writes to its inputs, except matmul_accumulate, which adds into `out`
@@ -27,55 +33,17 @@
 #include <utility>
 #include <vector>
 
+#include "ops/kernels/kernel_types.h"
 #include "runtime/tensor.h"
 
 namespace dtensor::kernels {
 
 // ---- Elementwise -----------------------------------------------------------------------------
 
-enum class UnaryOp {
-  kNeg,
-  kAbs,
-  kExp,
-  kLog,
-  kSqrt,
-  kRsqrt,
-  kSquare,
-  kRelu,
-  kSigmoid,
-  kTanh,
-  kGelu,      // tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-  kReluGrad,  // 1 if x > 0 else 0, in x's dtype
-  kSign,      // -1, 0 or 1 (NaN stays NaN)
-};
-// "neg", "abs", ..., "relu_grad", "sign": the name used in error messages.
-std::string_view unary_op_name(UnaryOp op);
-
 // f32/f64/bf16 for every op; i32/i64 for neg, abs, square, relu, relu_grad and sign. f32 exp and
 // tanh (and sigmoid and gelu through them) use vectorizable implementations accurate to about
 // 1 ulp instead of the C library's; f64 uses the C library.
 Tensor unary(UnaryOp op, const Tensor& x);
-
-enum class BinaryOp {
-  kAdd,
-  kSub,
-  kMul,
-  kDiv,
-  kPow,
-  kMaximum,
-  kMinimum,
-  kEqual,
-  kNotEqual,
-  kLess,
-  kLessEqual,
-  kGreater,
-  kGreaterEqual,
-  kLogicalAnd,
-  kLogicalOr,
-};
-// "add", "sub", "mul", "div", "pow", "maximum", "minimum", "equal", "not_equal", "less",
-// "less_equal", "greater", "greater_equal", "logical_and", "logical_or".
-std::string_view binary_op_name(BinaryOp op);
 
 // NumPy broadcasting; both operands must have the same dtype (DTypeError otherwise).
 // Arithmetic (add, sub, mul, div, maximum, minimum): f32, f64, bf16, i32, i64; integer division by
@@ -105,12 +73,6 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 
 // ---- Matmul ----------------------------------------------------------------------------------
 
-struct MatmulOptions {
-  bool transpose_a = false;  // a holds [..., k, m]
-  bool transpose_b = false;  // b holds [..., n, k]
-  int blas_threads = 0;      // > 0: set_blas_threads(blas_threads) first; 0: leave the setting
-};
-
 // [m,k] x [k,n] -> [m,n], and batched [...,m,k] x [...,k,n] -> [...,m,n] with the batch dims
 // broadcast (a 2-D operand broadcasts over the other's batch). f32/f64 through cblas_sgemm /
 // cblas_dgemm, bf16 through f32, i32/i64 through a blocked loop (wrapping).
@@ -135,10 +97,6 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
              std::optional<UnaryOp> activation, const MatmulOptions& options = {});
 
 // ---- Reductions ------------------------------------------------------------------------------
-
-enum class ReduceKind { kSum, kMean, kMax, kMin, kProd };
-// "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod".
-std::string_view reduce_kind_name(ReduceKind kind);
 
 // Reduces `axes` (negative counts from the end; empty means all axes; duplicates or out-of-range
 // axes throw InvalidArgumentError). Float sums, means and products accumulate in f64. Integer
@@ -186,14 +144,8 @@ Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype, double on = 1.
 
 // y = (x - mean) / sqrt(var + eps) * gamma + beta over the last axis (biased variance), with
 // gamma and beta of shape [D]. mean and rstd have shape [..., 1] and x's dtype (f32 for bf16).
-struct LayerNormResult {
-  Tensor y, mean, rstd;
-};
 LayerNormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps);
 
-struct LayerNormGrad {
-  Tensor dx, dgamma, dbeta;
-};
 LayerNormGrad layer_norm_grad(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                               const Tensor& mean, const Tensor& rstd);
 
@@ -225,3 +177,5 @@ Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& padd
 Tensor scatter_add(const Shape& shape, const Tensor& indices, const Tensor& updates, int64_t axis);
 
 }  // namespace dtensor::kernels
+
+#include "ops/kernels/kernels_inl.h"  // IWYU pragma: export

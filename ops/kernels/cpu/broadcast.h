@@ -11,7 +11,7 @@
 
 #include "runtime/shape.h"
 
-namespace dtensor::kernels::internal {
+namespace dtensor::kernels::cpu::internal {
 
 template <size_t N>
 class BroadcastPlan {
@@ -118,4 +118,4 @@ void with_inner_steps(const BroadcastPlan<N>& plan, Fn&& fn, Steps... steps) {
   }
 }
 
-}  // namespace dtensor::kernels::internal
+}  // namespace dtensor::kernels::cpu::internal

@@ -2,11 +2,11 @@
 #include <cmath>
 #include <string>
 
-#include "ops/kernels/fast_math.h"
-#include "ops/kernels/internal.h"
-#include "ops/kernels/kernels.h"
+#include "ops/kernels/cpu/cpu_kernels.h"
+#include "ops/kernels/cpu/fast_math.h"
+#include "ops/kernels/cpu/internal.h"
 
-namespace dtensor::kernels {
+namespace dtensor::kernels::cpu {
 namespace {
 
 using internal::describe;
@@ -104,38 +104,6 @@ void apply(UnaryOp op, const T* x, T* y, int64_t n) {
 
 }  // namespace
 
-std::string_view unary_op_name(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::kNeg:
-      return "neg";
-    case UnaryOp::kAbs:
-      return "abs";
-    case UnaryOp::kExp:
-      return "exp";
-    case UnaryOp::kLog:
-      return "log";
-    case UnaryOp::kSqrt:
-      return "sqrt";
-    case UnaryOp::kRsqrt:
-      return "rsqrt";
-    case UnaryOp::kSquare:
-      return "square";
-    case UnaryOp::kRelu:
-      return "relu";
-    case UnaryOp::kSigmoid:
-      return "sigmoid";
-    case UnaryOp::kTanh:
-      return "tanh";
-    case UnaryOp::kGelu:
-      return "gelu";
-    case UnaryOp::kReluGrad:
-      return "relu_grad";
-    case UnaryOp::kSign:
-      return "sign";
-  }
-  return "unary";
-}
-
 Tensor unary(UnaryOp op, const Tensor& x) {
   check_dtype(op, x);
   if (x.dtype() == DType::kBF16) {
@@ -167,4 +135,4 @@ void unary_in_place(UnaryOp op, Tensor& t) {
 }
 
 }  // namespace internal
-}  // namespace dtensor::kernels
+}  // namespace dtensor::kernels::cpu

@@ -1,10 +1,10 @@
 // Dtype conversion and scaling.
 #include <cstring>
 
-#include "ops/kernels/internal.h"
-#include "ops/kernels/kernels.h"
+#include "ops/kernels/cpu/cpu_kernels.h"
+#include "ops/kernels/cpu/internal.h"
 
-namespace dtensor::kernels {
+namespace dtensor::kernels::cpu {
 namespace {
 
 template <typename To, typename From>
@@ -52,4 +52,4 @@ Tensor scale(const Tensor& x, double alpha) {
   return out;
 }
 
-}  // namespace dtensor::kernels
+}  // namespace dtensor::kernels::cpu

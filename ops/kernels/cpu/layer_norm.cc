@@ -2,10 +2,10 @@
 #include <cmath>
 #include <vector>
 
-#include "ops/kernels/internal.h"
-#include "ops/kernels/kernels.h"
+#include "ops/kernels/cpu/cpu_kernels.h"
+#include "ops/kernels/cpu/internal.h"
 
-namespace dtensor::kernels {
+namespace dtensor::kernels::cpu {
 namespace {
 
 using internal::describe;
@@ -170,4 +170,4 @@ LayerNormGrad layer_norm_grad(const Tensor& dy, const Tensor& x, const Tensor& g
   return g;
 }
 
-}  // namespace dtensor::kernels
+}  // namespace dtensor::kernels::cpu

@@ -3,11 +3,11 @@
 #include <limits>
 #include <string>
 
-#include "ops/kernels/fast_math.h"
-#include "ops/kernels/internal.h"
-#include "ops/kernels/kernels.h"
+#include "ops/kernels/cpu/cpu_kernels.h"
+#include "ops/kernels/cpu/fast_math.h"
+#include "ops/kernels/cpu/internal.h"
 
-namespace dtensor::kernels {
+namespace dtensor::kernels::cpu {
 namespace {
 
 using internal::AxisView;
@@ -299,4 +299,4 @@ Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype, double on, dou
   return out;
 }
 
-}  // namespace dtensor::kernels
+}  // namespace dtensor::kernels::cpu

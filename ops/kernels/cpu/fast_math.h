@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace dtensor::kernels::internal {
+namespace dtensor::kernels::cpu::internal {
 
 // 2^n for integer n in [-126, 127], built from the exponent bits.
 inline float pow2i(int32_t n) {
@@ -81,4 +81,4 @@ inline T tanh_t(T x) {
   }
 }
 
-}  // namespace dtensor::kernels::internal
+}  // namespace dtensor::kernels::cpu::internal

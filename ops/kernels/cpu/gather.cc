@@ -2,10 +2,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "ops/kernels/internal.h"
-#include "ops/kernels/kernels.h"
+#include "ops/kernels/cpu/cpu_kernels.h"
+#include "ops/kernels/cpu/internal.h"
 
-namespace dtensor::kernels {
+namespace dtensor::kernels::cpu {
 namespace {
 
 using internal::describe;
@@ -114,4 +114,4 @@ Tensor scatter_add(const Shape& shape, const Tensor& indices, const Tensor& upda
   return out;
 }
 
-}  // namespace dtensor::kernels
+}  // namespace dtensor::kernels::cpu

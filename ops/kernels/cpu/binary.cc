@@ -3,11 +3,11 @@
 #include <cstring>
 #include <string>
 
-#include "ops/kernels/broadcast.h"
-#include "ops/kernels/internal.h"
-#include "ops/kernels/kernels.h"
+#include "ops/kernels/cpu/broadcast.h"
+#include "ops/kernels/cpu/cpu_kernels.h"
+#include "ops/kernels/cpu/internal.h"
 
-namespace dtensor::kernels {
+namespace dtensor::kernels::cpu {
 namespace {
 
 using internal::BroadcastPlan;
@@ -163,42 +163,6 @@ Shape broadcast_or_throw(const char* op, const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-std::string_view binary_op_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::kAdd:
-      return "add";
-    case BinaryOp::kSub:
-      return "sub";
-    case BinaryOp::kMul:
-      return "mul";
-    case BinaryOp::kDiv:
-      return "div";
-    case BinaryOp::kPow:
-      return "pow";
-    case BinaryOp::kMaximum:
-      return "maximum";
-    case BinaryOp::kMinimum:
-      return "minimum";
-    case BinaryOp::kEqual:
-      return "equal";
-    case BinaryOp::kNotEqual:
-      return "not_equal";
-    case BinaryOp::kLess:
-      return "less";
-    case BinaryOp::kLessEqual:
-      return "less_equal";
-    case BinaryOp::kGreater:
-      return "greater";
-    case BinaryOp::kGreaterEqual:
-      return "greater_equal";
-    case BinaryOp::kLogicalAnd:
-      return "logical_and";
-    case BinaryOp::kLogicalOr:
-      return "logical_or";
-  }
-  return "binary";
-}
-
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   Shape out;
   if (!internal::try_broadcast_shapes(a, b, &out)) {
@@ -300,4 +264,4 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   return out;
 }
 
-}  // namespace dtensor::kernels
+}  // namespace dtensor::kernels::cpu

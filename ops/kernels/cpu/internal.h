@@ -9,9 +9,9 @@
 #include <string>
 #include <type_traits>
 
-#include "ops/kernels/kernels.h"
+#include "ops/kernels/cpu/cpu_kernels.h"
 
-namespace dtensor::kernels::internal {
+namespace dtensor::kernels::cpu::internal {
 
 // "f32[2,3]": dtype and shape, the way kernel messages name tensors.
 std::string describe(const Tensor& t);
@@ -223,4 +223,4 @@ inline To convert(From v) {
   }
 }
 
-}  // namespace dtensor::kernels::internal
+}  // namespace dtensor::kernels::cpu::internal

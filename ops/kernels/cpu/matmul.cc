@@ -7,10 +7,10 @@
 #include <mutex>
 #include <string>
 
-#include "ops/kernels/internal.h"
-#include "ops/kernels/kernels.h"
+#include "ops/kernels/cpu/cpu_kernels.h"
+#include "ops/kernels/cpu/internal.h"
 
-namespace dtensor::kernels {
+namespace dtensor::kernels::cpu {
 namespace {
 
 using internal::describe;
@@ -329,4 +329,4 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
   return out;
 }
 
-}  // namespace dtensor::kernels
+}  // namespace dtensor::kernels::cpu

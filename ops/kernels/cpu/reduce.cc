@@ -9,10 +9,10 @@
 #include <limits>
 #include <string>
 
-#include "ops/kernels/internal.h"
-#include "ops/kernels/kernels.h"
+#include "ops/kernels/cpu/cpu_kernels.h"
+#include "ops/kernels/cpu/internal.h"
 
-namespace dtensor::kernels {
+namespace dtensor::kernels::cpu {
 namespace {
 
 using internal::describe;
@@ -231,22 +231,6 @@ Tensor arg_reduce_op(const char* op, const Tensor& x_in, int64_t axis, bool keep
 
 }  // namespace
 
-std::string_view reduce_kind_name(ReduceKind kind) {
-  switch (kind) {
-    case ReduceKind::kSum:
-      return "reduce_sum";
-    case ReduceKind::kMean:
-      return "reduce_mean";
-    case ReduceKind::kMax:
-      return "reduce_max";
-    case ReduceKind::kMin:
-      return "reduce_min";
-    case ReduceKind::kProd:
-      return "reduce_prod";
-  }
-  return "reduce";
-}
-
 Tensor reduce(ReduceKind kind, const Tensor& x_in, const std::vector<int64_t>& axes,
               bool keepdims) {
   const std::string name(reduce_kind_name(kind));
@@ -327,4 +311,4 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   return reduce(ReduceKind::kSum, x, axes, /*keepdims=*/true).reshaped(shape);
 }
 
-}  // namespace dtensor::kernels
+}  // namespace dtensor::kernels::cpu

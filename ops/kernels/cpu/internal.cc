@@ -1,10 +1,10 @@
-#include "ops/kernels/internal.h"
+#include "ops/kernels/cpu/internal.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-namespace dtensor::kernels::internal {
+namespace dtensor::kernels::cpu::internal {
 
 std::string describe(const Tensor& t) {
   return fmt::format("{}{}", dtype_name(t.dtype()), shape_to_string(t.shape()));
@@ -107,4 +107,4 @@ bool broadcasts_to(const Shape& from, const Shape& to) {
   return true;
 }
 
-}  // namespace dtensor::kernels::internal
+}  // namespace dtensor::kernels::cpu::internal

@@ -1,0 +1,68 @@
+// The vocabulary of the kernel front (ops/kernels/kernels.h) shared by every backend: op
+// enums with their names, and option and result structs. Plain values, no state.
+#pragma once
+
+#include <string_view>
+
+#include "runtime/tensor.h"
+
+namespace dtensor::kernels {
+
+enum class UnaryOp {
+  kNeg,
+  kAbs,
+  kExp,
+  kLog,
+  kSqrt,
+  kRsqrt,
+  kSquare,
+  kRelu,
+  kSigmoid,
+  kTanh,
+  kGelu,      // tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  kReluGrad,  // 1 if x > 0 else 0, in x's dtype
+  kSign,      // -1, 0 or 1 (NaN stays NaN)
+};
+// "neg", "abs", ..., "relu_grad", "sign": the name used in error messages.
+std::string_view unary_op_name(UnaryOp op);
+
+enum class BinaryOp {
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
+  kMaximum,
+  kMinimum,
+  kEqual,
+  kNotEqual,
+  kLess,
+  kLessEqual,
+  kGreater,
+  kGreaterEqual,
+  kLogicalAnd,
+  kLogicalOr,
+};
+// "add", "sub", "mul", "div", "pow", "maximum", "minimum", "equal", "not_equal", "less",
+// "less_equal", "greater", "greater_equal", "logical_and", "logical_or".
+std::string_view binary_op_name(BinaryOp op);
+
+struct MatmulOptions {
+  bool transpose_a = false;  // a holds [..., k, m]
+  bool transpose_b = false;  // b holds [..., n, k]
+  int blas_threads = 0;      // > 0: set_blas_threads(blas_threads) first; 0: leave the setting
+};
+
+enum class ReduceKind { kSum, kMean, kMax, kMin, kProd };
+// "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod".
+std::string_view reduce_kind_name(ReduceKind kind);
+
+struct LayerNormResult {
+  Tensor y, mean, rstd;
+};
+
+struct LayerNormGrad {
+  Tensor dx, dgamma, dbeta;
+};
+
+}  // namespace dtensor::kernels

@@ -1,0 +1,18 @@
+// What a random fill draws: distribution, seed and its two parameters. A plain value shared by
+// runtime/random.h and the fill kernels behind ops/kernels/memory.h.
+#pragma once
+
+#include <cstdint>
+
+namespace dtensor {
+
+enum class RandomDistribution : uint8_t { kUniform, kNormal, kTruncatedNormal };
+
+struct RandomSpec {
+  RandomDistribution distribution = RandomDistribution::kUniform;
+  uint64_t seed = 0;
+  double a = 0.0;  // uniform: minval; normal/truncated: mean
+  double b = 1.0;  // uniform: maxval; normal/truncated: stddev
+};
+
+}  // namespace dtensor
