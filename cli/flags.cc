@@ -79,7 +79,12 @@ std::string make_folder(const std::string& flag, const fs::path& dir) {
     return flag + ": '" + dir.string() + "' exists and is not a folder";
   }
   fs::create_directories(dir, ec);
-  if (ec) return flag + ": cannot create folder '" + dir.string() + "': " + ec.message();
+  // Another rank of the job may create the same folder between the check above and this call
+  // (libstdc++ then reports EEXIST): what matters is that the folder exists now.
+  std::error_code again;
+  if (ec && !fs::is_directory(dir, again)) {
+    return flag + ": cannot create folder '" + dir.string() + "': " + ec.message();
+  }
   return "";
 }
 

@@ -119,8 +119,8 @@ Tensor argmin(const Tensor& x, int64_t axis, bool keepdims);
 //     log_softmax NaN at the +inf elements and -inf elsewhere;
 //   - else all -inf: logsumexp -inf; softmax and log_softmax NaN (0 / 0);
 //   - else -inf elements: softmax 0, log_softmax -inf there.
-// The sharded expansions (ops/softmax.cc) compute the same pieces from a global max and sum, so every
-// layout gives these results.
+// The sharded expansions (ops/softmax.cc) compute the same pieces from a global max and sum, so
+// every layout gives these results.
 Tensor softmax(const Tensor& x, int64_t axis);
 Tensor log_softmax(const Tensor& x, int64_t axis);
 // log(sum(exp(x))) along axis, stable; -inf for an empty axis.
