@@ -50,4 +50,17 @@ inline DeviceType device_type_of(const char* op, const std::vector<Tensor>& xs) 
   return xs.front().device().type;
 }
 
+// The one switch of the front: `cpu()` for tensors on CPU devices, `gpu()` for GPU devices. Both
+// are lambdas the compiler inlines, so a CPU kernel call stays one direct call.
+template <typename Cpu, typename Gpu>
+inline decltype(auto) on(DeviceType type, Cpu&& cpu, Gpu&& gpu) {
+  switch (type) {
+    case DeviceType::kCPU:
+      return cpu();
+    case DeviceType::kGPU:
+      break;
+  }
+  return gpu();
+}
+
 }  // namespace dtensor::kernels::dispatch

@@ -9,55 +9,38 @@ namespace dtensor::kernels {
 
 void copy_box_elements(const Tensor& src, const std::vector<int64_t>& src_begin, Tensor& dst,
                        const std::vector<int64_t>& dst_begin, const Shape& extent) {
-  switch (dispatch::device_type_of("copy_box", src, dst)) {
-    case DeviceType::kCPU:
-      return cpu::copy_box_elements(src, src_begin, dst, dst_begin, extent);
-    case DeviceType::kGPU:
-      break;
-  }
-  gpu::copy_box_elements(src, src_begin, dst, dst_begin, extent);
+  return dispatch::on(
+      dispatch::device_type_of("copy_box", src, dst),
+      [&] { return cpu::copy_box_elements(src, src_begin, dst, dst_begin, extent); },
+      [&] { return gpu::copy_box_elements(src, src_begin, dst, dst_begin, extent); });
 }
 
 void reduce_range_elements(Tensor& dst, const Tensor& src, ReduceOp op, int64_t begin,
                            int64_t end) {
-  switch (dispatch::device_type_of("reduce_into", dst, src)) {
-    case DeviceType::kCPU:
-      return cpu::reduce_range_elements(dst, src, op, begin, end);
-    case DeviceType::kGPU:
-      break;
-  }
-  gpu::reduce_range_elements(dst, src, op, begin, end);
+  return dispatch::on(
+      dispatch::device_type_of("reduce_into", dst, src),
+      [&] { return cpu::reduce_range_elements(dst, src, op, begin, end); },
+      [&] { return gpu::reduce_range_elements(dst, src, op, begin, end); });
 }
 
 void reduce_tensors_into(Tensor& acc, const std::vector<Tensor>& inputs, ReduceOp op) {
-  switch (dispatch::device_type_of("reduce_tensors", acc, inputs)) {
-    case DeviceType::kCPU:
-      return cpu::reduce_tensors_into(acc, inputs, op);
-    case DeviceType::kGPU:
-      break;
-  }
-  gpu::reduce_tensors_into(acc, inputs, op);
+  return dispatch::on(
+      dispatch::device_type_of("reduce_tensors", acc, inputs),
+      [&] { return cpu::reduce_tensors_into(acc, inputs, op); },
+      [&] { return gpu::reduce_tensors_into(acc, inputs, op); });
 }
 
 void fill_value(Tensor& dst, double value) {
-  switch (dst.device().type) {
-    case DeviceType::kCPU:
-      return cpu::fill_value(dst, value);
-    case DeviceType::kGPU:
-      break;
-  }
-  gpu::fill_value(dst, value);
+  return dispatch::on(
+      dst.device().type, [&] { return cpu::fill_value(dst, value); },
+      [&] { return gpu::fill_value(dst, value); });
 }
 
 void fill_random(Tensor& shard, const Shape& global_shape, const std::vector<int64_t>& offset,
                  const RandomSpec& spec) {
-  switch (shard.device().type) {
-    case DeviceType::kCPU:
-      return cpu::fill_random(shard, global_shape, offset, spec);
-    case DeviceType::kGPU:
-      break;
-  }
-  gpu::fill_random(shard, global_shape, offset, spec);
+  return dispatch::on(
+      shard.device().type, [&] { return cpu::fill_random(shard, global_shape, offset, spec); },
+      [&] { return gpu::fill_random(shard, global_shape, offset, spec); });
 }
 
 std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter,

@@ -8,37 +8,33 @@
 namespace dtensor::kernels {
 
 void sgd_update(const Tensor& var, const Tensor& grad, Tensor& var_out, double lr) {
-  switch (dispatch::device_type_of("SGD", var, grad, var_out)) {
-    case DeviceType::kCPU:
-      return cpu::sgd_update(var, grad, var_out, lr);
-    case DeviceType::kGPU:
-      break;
-  }
-  gpu::sgd_update(var, grad, var_out, lr);
+  return dispatch::on(
+      dispatch::device_type_of("SGD", var, grad, var_out),
+      [&] { return cpu::sgd_update(var, grad, var_out, lr); },
+      [&] { return gpu::sgd_update(var, grad, var_out, lr); });
 }
 
 void sgd_momentum_update(const Tensor& var, const Tensor& grad, const Tensor& velocity,
                          Tensor& var_out, Tensor& velocity_out, double lr, double momentum,
                          bool nesterov) {
-  switch (dispatch::device_type_of("SGD", var, grad, velocity, var_out, velocity_out)) {
-    case DeviceType::kCPU:
-      return cpu::sgd_momentum_update(var, grad, velocity, var_out, velocity_out, lr, momentum,
-                                      nesterov);
-    case DeviceType::kGPU:
-      break;
-  }
-  gpu::sgd_momentum_update(var, grad, velocity, var_out, velocity_out, lr, momentum, nesterov);
+  return dispatch::on(
+      dispatch::device_type_of("SGD", var, grad, velocity, var_out, velocity_out),
+      [&] {
+        return cpu::sgd_momentum_update(var, grad, velocity, var_out, velocity_out, lr, momentum,
+                                        nesterov);
+      },
+      [&] {
+        return gpu::sgd_momentum_update(var, grad, velocity, var_out, velocity_out, lr, momentum,
+                                        nesterov);
+      });
 }
 
 void adam_update(const Tensor& var, const Tensor& grad, const Tensor& m, const Tensor& v,
                  Tensor& var_out, Tensor& m_out, Tensor& v_out, const AdamStepParams& params) {
-  switch (dispatch::device_type_of("Adam", var, grad, m, v, var_out, m_out, v_out)) {
-    case DeviceType::kCPU:
-      return cpu::adam_update(var, grad, m, v, var_out, m_out, v_out, params);
-    case DeviceType::kGPU:
-      break;
-  }
-  gpu::adam_update(var, grad, m, v, var_out, m_out, v_out, params);
+  return dispatch::on(
+      dispatch::device_type_of("Adam", var, grad, m, v, var_out, m_out, v_out),
+      [&] { return cpu::adam_update(var, grad, m, v, var_out, m_out, v_out, params); },
+      [&] { return gpu::adam_update(var, grad, m, v, var_out, m_out, v_out, params); });
 }
 
 }  // namespace dtensor::kernels
