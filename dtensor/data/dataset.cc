@@ -226,6 +226,21 @@ Dataset& Dataset::map(MapFn fn) {
   return *this;
 }
 
+Dataset& Dataset::augment(ImageAugmentation augmentation) {
+  internal::Config& config = impl_->config;
+  if (augmentation.empty()) {
+    impl_->reset_pipeline();
+    config.augmentation.reset();
+    return *this;
+  }
+  Shape shape =
+      augmentation.output_shape(impl_->source->examples->example_shape(), "Dataset::augment");
+  impl_->reset_pipeline();
+  config.augmentation = std::make_shared<const ImageAugmentation>(std::move(augmentation));
+  config.augmented_shape = std::move(shape);
+  return *this;
+}
+
 std::optional<Batch> Dataset::next() {
   Impl& m = *impl_;
   if (m.config.batch_size == 0) {

@@ -19,9 +19,9 @@
 // time and keep the position; a batch index past the end of an epoch moves on to the next epoch.
 //
 // Ownership: the Dataset shares the storage of `features` and `labels` (no copy), or the source,
-// and reads it while it lives, from its prefetch thread too: do not write to them meanwhile. Batches own their
-// shards and stay valid after the Dataset is gone. Movable, not copyable; a moved-from Dataset
-// may only be destroyed or assigned to.
+// and reads it while it lives, from its prefetch thread too: do not write to them meanwhile.
+// Batches own their shards and stay valid after the Dataset is gone. Movable, not copyable; a
+// moved-from Dataset may only be destroyed or assigned to.
 //
 // Thread-safety: not thread-safe; call the methods of one Dataset from one thread at a time
 // (const methods may run concurrently with each other). With prefetch(k > 0) one internal thread
@@ -38,6 +38,7 @@
 #include <string>
 
 #include "dtensor/data/example_source.h"
+#include "dtensor/data/image_augmentation.h"
 #include "dtensor/dtensor.h"
 
 namespace dtensor::data {
@@ -98,6 +99,12 @@ class Dataset {
   Dataset& prefetch(int64_t depth);
   // Applies `fn` to every local shard of every batch (an empty fn removes it).
   Dataset& map(MapFn fn);
+  // Augments every example as it is read (before map): example i of epoch e gets the draws of
+  // (augmentation.seed(), e, i), whichever device reads it, so batches are the same on every
+  // mesh. Features take the augmented shape ([24, 24, 3] after a 24x24 crop). An augmentation
+  // without stages removes it. ShapeError, naming Dataset::augment, if the examples are not
+  // images the stages fit (see ImageAugmentation::output_shape).
+  Dataset& augment(ImageAugmentation augmentation);
 
   // The next batch, or nullopt once the last epoch is done (or when an epoch has no batches).
   // InvalidArgumentError if batch() was not called.

@@ -43,7 +43,8 @@ Batch BatchAssembler::build(int64_t epoch, int64_t index) {
   }
 
   Shape feature_shape{size};
-  const Shape& example = src.examples->example_shape();
+  const Shape& example =
+      config_.augmentation ? config_.augmented_shape : src.examples->example_shape();
   feature_shape.insert(feature_shape.end(), example.begin(), example.end());
   const Shape label_shape{size};
   // Devices that differ only along other mesh dims hold the same rows: one buffer per chunk.
@@ -60,7 +61,7 @@ Batch BatchAssembler::build(int64_t epoch, int64_t index) {
       shard_shape[0] = rows.size;
       Tensor features = Tensor::empty(shard_shape, DType::kF32, device);
       Tensor labels = Tensor::empty({rows.size}, DType::kI32, device);
-      copy_rows(begin + rows.offset, rows.size, features, labels);
+      copy_rows(epoch, begin + rows.offset, rows.size, features, labels);
       if (config_.map) config_.map(features, labels);
       it = chunks.insert(chunks.end(), {rows, {features, labels}});
     }
@@ -74,15 +75,24 @@ Batch BatchAssembler::build(int64_t epoch, int64_t index) {
                size, epoch, index};
 }
 
-void BatchAssembler::copy_rows(int64_t begin, int64_t count, Tensor& features,
-                               Tensor& labels) const {
+void BatchAssembler::copy_rows(int64_t epoch, int64_t begin, int64_t count, Tensor& features,
+                               Tensor& labels) {
   std::vector<int64_t> ids(static_cast<size_t>(count));
   if (order_.empty()) {
     std::iota(ids.begin(), ids.end(), begin);
   } else {
     std::copy_n(order_.begin() + begin, count, ids.begin());
   }
-  source_->examples->read(ids.data(), count, features.data<float>(), labels.data<int32_t>());
+  const ExampleSource& examples = *source_->examples;
+  if (!config_.augmentation) {
+    examples.read(ids.data(), count, features.data<float>(), labels.data<int32_t>());
+    return;
+  }
+  const Shape& raw = examples.example_shape();
+  unaugmented_.resize(static_cast<size_t>(count * num_elements(raw)));
+  examples.read(ids.data(), count, unaugmented_.data(), labels.data<int32_t>());
+  config_.augmentation->apply(raw, unaugmented_.data(), count, ids.data(), epoch,
+                              features.data<float>());
 }
 
 }  // namespace dtensor::data::internal

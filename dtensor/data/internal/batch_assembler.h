@@ -31,6 +31,9 @@ struct Config {
   int64_t epochs = 1;  // -1: for ever
   int64_t prefetch_depth = 0;
   Dataset::MapFn map;
+  // Null unless augmenting; then examples come out as augmented_shape (same rank as the source's).
+  std::shared_ptr<const ImageAugmentation> augmentation;
+  Shape augmented_shape;
 };
 
 int64_t batches_per_epoch(int64_t num_examples, const Config& config);
@@ -51,13 +54,14 @@ class BatchAssembler {
   Batch build(int64_t epoch, int64_t index);
 
  private:
-  // Reads the examples at order positions [begin, begin + count) into fresh shards.
-  void copy_rows(int64_t begin, int64_t count, Tensor& features, Tensor& labels) const;
+  // Reads the examples at order positions [begin, begin + count) of `epoch` into fresh shards.
+  void copy_rows(int64_t epoch, int64_t begin, int64_t count, Tensor& features, Tensor& labels);
 
   std::shared_ptr<const Source> source_;
   Config config_;
-  int64_t order_epoch_ = -1;    // the epoch whose order is cached
-  std::vector<int64_t> order_;  // empty when not shuffling
+  int64_t order_epoch_ = -1;        // the epoch whose order is cached
+  std::vector<int64_t> order_;      // empty when not shuffling
+  std::vector<float> unaugmented_;  // the examples as read, when augmenting
 };
 
 }  // namespace dtensor::data::internal
