@@ -269,15 +269,6 @@ TEST_CASE("regression: creating a tensor whose element count overflows is a Shap
                                "many elements (at most 1125899906842624 are supported)"));
 }
 
-// Lets the allocation-failure test see a failed allocation under the sanitizers too (ASan and
-// TSan abort on an allocation they cannot serve unless told to return null).
-#if defined(__SANITIZE_ADDRESS__)
-extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1"; }
-#endif
-#if defined(__SANITIZE_THREAD__)
-extern "C" const char* __tsan_default_options() { return "allocator_may_return_null=1"; }
-#endif
-
 TEST_CASE("regression: random_uniform of a huge shape is a dtensor error, not std::bad_alloc") {
   Layout rep = Layout::replicated(line8(), 1);
   // 4 TiB per shard: above the per-buffer limit.

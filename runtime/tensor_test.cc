@@ -95,15 +95,6 @@ TEST_CASE("shape helpers") {
       Catch::Message("[parse_device_type] unknown device type 'TPU' (CPU or GPU)"));
 }
 
-// Lets the allocation-failure test see a failed allocation under the sanitizers too (ASan and
-// TSan abort on an allocation they cannot serve unless told to return null).
-#if defined(__SANITIZE_ADDRESS__)
-extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1"; }
-#endif
-#if defined(__SANITIZE_THREAD__)
-extern "C" const char* __tsan_default_options() { return "allocator_may_return_null=1"; }
-#endif
-
 TEST_CASE("regression: element counts that overflow int64 are a ShapeError") {
   using Catch::Message;
   const int64_t big = int64_t{1} << 40;
