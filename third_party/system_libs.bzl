@@ -31,6 +31,7 @@ def _system_libs_impl(rctx):
     _require(rctx, "/usr/include/cairo/cairo.h", "libcairo2-dev")
     _require(rctx, "/usr/include/google/protobuf/message_lite.h", "libprotobuf-dev")
     _require(rctx, "/usr/bin/protoc", "protobuf-compiler")
+    _require(rctx, "/usr/include/dnnl.hpp", "libdnnl-dev")
     blas_inc = _find_first(rctx, [
         "/usr/include/x86_64-linux-gnu/openblas-pthread",
         "/usr/include/aarch64-linux-gnu/openblas-pthread",
@@ -66,6 +67,10 @@ cc_library(
 )
 
 cc_library(name = "zlib", linkopts = ["-lz"])
+
+# oneDNN 2.6 (<dnnl.hpp>): CPU matmul, convolution and pooling primitives. Debian builds it with
+# the OpenMP runtime, so a call uses the OpenMP thread count of the thread that makes it.
+cc_library(name = "dnnl", linkopts = ["-ldnnl"])
 
 # CLI11 2.x: header-only command-line parsing (<CLI/CLI.hpp>).
 cc_library(name = "cli11")
