@@ -11,6 +11,8 @@
 #include <string>
 #include <utility>
 
+#include "ops/halo_expand.h"
+#include "ops/halo_window.h"
 #include "ops/kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
@@ -154,21 +156,143 @@ kernels::Conv2dParams local_params(kernels::Conv2dParams p, int64_t o_local, int
 // ---- Spatial sharding: the one decision per op that halo exchange replaces ---------------------
 //
 // How an op treats a sharded H or W. kGather keeps both whole (their letters kBroadcastDim): the
-// solver relayouts a spatially sharded operand to whole H and W first, which is correct for every
-// layout. A halo-exchange plan will keep them sharded and exchange the rows each shard's windows
-// need from its neighbours.
-enum class SpatialPlan { kGather };
+// path of every op whose activations are not spatially sharded. kHalo keeps them sharded (the
+// output's H and W chunked by the output size on the same mesh dims) and exchanges the rows each
+// shard's windows need from its neighbours: one halo exchange per sharded spatial dim, the
+// adjoint one for the input gradient, none for batch or channel sharding (ops/README.md).
+enum class SpatialPlan { kGather, kHalo };
 
-SpatialPlan plan_conv2d_spatial(const DTensor& /*x*/, const kernels::Conv2dParams& /*params*/) {
-  return SpatialPlan::kGather;
+bool spatially_sharded(const DTensor& t) {
+  return t.rank() == 4 && (t.layout().is_sharded(1) || t.layout().is_sharded(2));
 }
-SpatialPlan plan_conv2d_backprop_input_spatial(const DTensor& /*dy*/,
+
+SpatialPlan plan_conv2d_spatial(const DTensor& x, const kernels::Conv2dParams& /*params*/) {
+  return spatially_sharded(x) ? SpatialPlan::kHalo : SpatialPlan::kGather;
+}
+SpatialPlan plan_conv2d_backprop_input_spatial(const DTensor& dy,
                                                const kernels::Conv2dParams& /*params*/) {
-  return SpatialPlan::kGather;
+  return spatially_sharded(dy) ? SpatialPlan::kHalo : SpatialPlan::kGather;
 }
-SpatialPlan plan_conv2d_backprop_filter_spatial(const DTensor& /*x*/, const DTensor& /*dy*/,
+SpatialPlan plan_conv2d_backprop_filter_spatial(const DTensor& x, const DTensor& dy,
                                                 const kernels::Conv2dParams& /*params*/) {
-  return SpatialPlan::kGather;
+  return spatially_sharded(x) || spatially_sharded(dy) ? SpatialPlan::kHalo : SpatialPlan::kGather;
+}
+
+// The windows of a conv over an input of `x_layout` and `x_shape` with output `out`.
+HaloWindow2d conv_windows(const Layout& x_layout, const Shape& x_shape, const Shape& w_shape,
+                          const Shape& out, const kernels::Conv2dParams& p) {
+  return HaloWindow2d(x_layout, x_shape, out[1], out[2],
+                      WindowDim{w_shape[0], p.stride_h, p.dilation_h, p.pad_top},
+                      WindowDim{w_shape[1], p.stride_w, p.dilation_w, p.pad_left});
+}
+
+// The kernel parameters of local device i on its extended window.
+kernels::Conv2dParams halo_params(kernels::Conv2dParams p, const HaloWindow2d& window, size_t i,
+                                  int64_t o_local, int64_t opg) {
+  p = local_params(p, o_local, opg);
+  const LocalPadding pad = window.local_padding(i);
+  p.pad_top = pad.top, p.pad_bottom = pad.bottom, p.pad_left = pad.left, p.pad_right = pad.right;
+  return p;
+}
+
+std::string halo_attributes(const Conv2dOptions& options) {
+  return options.groups > 1 ? "g,halo" : "halo";
+}
+
+DTensor conv2d_halo(const DTensor& x, const DTensor& w, const ConvShapes& shapes,
+                    const Conv2dOptions& options) {
+  const ChannelLetters ch = channel_letters(x.mesh(), options.groups, x.shape()[3], w.shape()[3]);
+  OpSignature sig{
+      "conv2d",
+      halo_attributes(options),
+      {{{kN, kH, kW, ch.in}, true}, {{kBroadcastDim, kBroadcastDim, ch.filter_in, ch.out}, true}},
+      {kN, kH, kW, ch.out},
+      Linearity::kMultilinear};
+  const WindowInputs in = decide_window_inputs(sig, {&x, &w});
+  const DTensor& xs = in.inputs[0];
+  const DTensor& ws = in.inputs[1];
+  const Layout& out_layout = in.decision->output;
+  const HaloWindow2d window =
+      conv_windows(xs.layout(), x.shape(), w.shape(), shapes.out, shapes.params);
+  const std::vector<Tensor> ext = window.extend(xs.shards());
+  const int64_t opg = w.shape()[3] / options.groups;
+  const auto& ids = x.mesh().local_device_ids();
+  std::vector<Tensor> y = run_per_device(
+      x.mesh(), x.dtype(), [&](size_t i) { return out_layout.shard_shape(shapes.out, ids[i]); },
+      [&](size_t i) { return ext[i].num_elements() > 0; },
+      [&](size_t i) {
+        const Tensor& wi = ws.shard(static_cast<int64_t>(i));
+        return kernels::conv2d(ext[i], wi, halo_params(shapes.params, window, i, wi.dim(3), opg));
+      });
+  return DTensor::from_trusted_shards(shapes.out, x.dtype(), out_layout, std::move(y));
+}
+
+DTensor conv2d_backprop_input_halo(const Shape& input_shape, const DTensor& w, const DTensor& dy,
+                                   const ConvShapes& shapes, const Conv2dOptions& options) {
+  const ChannelLetters ch = channel_letters(w.mesh(), options.groups, input_shape[3], w.shape()[3]);
+  OpSignature sig{
+      "conv2d_backprop_input",
+      halo_attributes(options),
+      {{{kBroadcastDim, kBroadcastDim, ch.filter_in, ch.out}, true}, {{kN, kH, kW, ch.out}, true}},
+      {kN, kH, kW, ch.in},
+      Linearity::kMultilinear};
+  const WindowInputs in = decide_window_inputs(sig, {&w, &dy});
+  const DTensor& ws = in.inputs[0];
+  const DTensor& dys = in.inputs[1];
+  const Layout& out_layout = in.decision->output;
+  // The windows of the input the gradient is for: its layout is the result's.
+  const HaloWindow2d window =
+      conv_windows(out_layout, input_shape, w.shape(), shapes.out, shapes.params);
+  const int64_t opg = w.shape()[3] / options.groups;
+  auto ext_shape = [&](size_t i) {
+    const Tensor& wi = ws.shard(static_cast<int64_t>(i));
+    const int64_t groups = options.groups > 1 ? wi.dim(3) / opg : 1;
+    return window.extended_shape(i, dys.shard(static_cast<int64_t>(i)).dim(0), wi.dim(2) * groups);
+  };
+  std::vector<Tensor> dext = run_per_device(
+      w.mesh(), w.dtype(), ext_shape,
+      [&](size_t i) { return dys.shard(static_cast<int64_t>(i)).num_elements() > 0; },
+      [&](size_t i) {
+        const Tensor& wi = ws.shard(static_cast<int64_t>(i));
+        return kernels::conv2d_backprop_input(
+            ext_shape(i), wi, dys.shard(static_cast<int64_t>(i)),
+            halo_params(shapes.params, window, i, wi.dim(3), opg));
+      });
+  return DTensor::from_trusted_shards(input_shape, w.dtype(), out_layout,
+                                      window.extend_adjoint(dext));
+}
+
+DTensor conv2d_backprop_filter_halo(const DTensor& x, const Shape& filter_shape, const DTensor& dy,
+                                    const ConvShapes& shapes, const Conv2dOptions& options) {
+  const ChannelLetters ch =
+      channel_letters(x.mesh(), options.groups, x.shape()[3], filter_shape[3]);
+  // N, H and W are contracted: the filter gradient is a partial sum over their mesh dims.
+  OpSignature sig{"conv2d_backprop_filter",
+                  halo_attributes(options),
+                  {{{kN, kH, kW, ch.in}, true}, {{kN, kH, kW, ch.out}, true}},
+                  {kBroadcastDim, kBroadcastDim, ch.filter_in, ch.out},
+                  Linearity::kMultilinear};
+  const WindowInputs in = decide_window_inputs(sig, {&x, &dy});
+  const DTensor& xs = in.inputs[0];
+  const DTensor& dys = in.inputs[1];
+  const Layout& out_layout = in.decision->output;
+  const HaloWindow2d window =
+      conv_windows(xs.layout(), x.shape(), filter_shape, shapes.out, shapes.params);
+  const std::vector<Tensor> ext = window.extend(xs.shards());
+  const int64_t opg = filter_shape[3] / options.groups;
+  const auto& ids = x.mesh().local_device_ids();
+  std::vector<Tensor> dw = run_per_device(
+      x.mesh(), x.dtype(), [&](size_t i) { return out_layout.shard_shape(filter_shape, ids[i]); },
+      [&](size_t i) {
+        return ext[i].num_elements() > 0 && dys.shard(static_cast<int64_t>(i)).num_elements() > 0;
+      },
+      [&](size_t i) {
+        const Tensor& dyi = dys.shard(static_cast<int64_t>(i));
+        const Shape w_local = out_layout.shard_shape(filter_shape, ids[i]);
+        return kernels::conv2d_backprop_filter(
+            ext[i], w_local, dyi, halo_params(shapes.params, window, i, dyi.dim(3), opg));
+      });
+  return DTensor::from_trusted_shards(filter_shape, x.dtype(), out_layout, std::move(dw));
 }
 
 // H and W letters of an activation under kGather.
@@ -185,6 +309,8 @@ DTensor conv2d_forward(const DTensor& x, const DTensor& w, const Conv2dOptions& 
   switch (plan_conv2d_spatial(x, shapes.params)) {
     case SpatialPlan::kGather:
       break;
+    case SpatialPlan::kHalo:
+      return conv2d_halo(x, w, shapes, options);
   }
   const ChannelLetters ch = channel_letters(x.mesh(), options.groups, x.shape()[3], w.shape()[3]);
   OpSignature sig{"conv2d",
@@ -213,6 +339,8 @@ DTensor conv2d_backprop_input_forward(const Shape& input_shape, const DTensor& w
   switch (plan_conv2d_backprop_input_spatial(dy, shapes.params)) {
     case SpatialPlan::kGather:
       break;
+    case SpatialPlan::kHalo:
+      return conv2d_backprop_input_halo(input_shape, w, dy, shapes, options);
   }
   const ChannelLetters ch = channel_letters(w.mesh(), options.groups, input_shape[3], w.shape()[3]);
   // O is contracted (groups == 1); the result's channels take x's letter.
@@ -246,6 +374,8 @@ DTensor conv2d_backprop_filter_forward(const DTensor& x, const Shape& filter_sha
   switch (plan_conv2d_backprop_filter_spatial(x, dy, shapes.params)) {
     case SpatialPlan::kGather:
       break;
+    case SpatialPlan::kHalo:
+      return conv2d_backprop_filter_halo(x, filter_shape, dy, shapes, options);
   }
   const ChannelLetters ch =
       channel_letters(x.mesh(), options.groups, x.shape()[3], filter_shape[3]);

@@ -54,6 +54,13 @@ class HaloWindow2d {
   LocalPadding local_padding(size_t i) const;
   HaloInterval out_rows(size_t i) const { return row(i).out; }
   HaloInterval out_cols(size_t i) const { return col(i).out; }
+  // Local device i's extended window: its input rows and columns, and its shape for `batch`
+  // images of `channels` channels.
+  HaloInterval in_rows(size_t i) const { return row(i).in; }
+  HaloInterval in_cols(size_t i) const { return col(i).in; }
+  Shape extended_shape(size_t i, int64_t batch, int64_t channels) const {
+    return {batch, in_rows(i).size(), in_cols(i).size(), channels};
+  }
 
  private:
   struct Dim {

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "ops/halo_expand.h"
+#include "ops/halo_window.h"
 #include "ops/kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
@@ -91,15 +93,113 @@ double window_work(const Shape& out, const kernels::Pool2dParams& p) {
 // ---- Spatial sharding: the one decision per op that halo exchange replaces ---------------------
 //
 // How a pooling op (and its gradient) treats a sharded H or W. kGather keeps both whole (letters
-// kBroadcastDim): the solver relayouts a spatially sharded x to whole H and W first, correct for
-// every layout. A halo-exchange plan will keep them sharded, as for conv2d.
-enum class SpatialPlan { kGather };
+// kBroadcastDim): the path of activations that are not spatially sharded. kHalo keeps them
+// sharded, as for conv2d (ops/conv.cc): each shard's windows get their rows from the neighbours
+// in one halo exchange per sharded dim, and the input gradient goes back through the adjoint.
+// Padding stays at the global edges, so max still ignores it and avg still divides by each
+// window's unpadded count.
+enum class SpatialPlan { kGather, kHalo };
 
-SpatialPlan plan_max_pool2d_spatial(const DTensor& /*x*/, const kernels::Pool2dParams& /*p*/) {
-  return SpatialPlan::kGather;
+bool spatially_sharded(const DTensor& t) {
+  return t.rank() == 4 && (t.layout().is_sharded(1) || t.layout().is_sharded(2));
 }
-SpatialPlan plan_avg_pool2d_spatial(const DTensor& /*x*/, const kernels::Pool2dParams& /*p*/) {
-  return SpatialPlan::kGather;
+
+SpatialPlan plan_max_pool2d_spatial(const DTensor& x, const kernels::Pool2dParams& /*p*/) {
+  return spatially_sharded(x) ? SpatialPlan::kHalo : SpatialPlan::kGather;
+}
+SpatialPlan plan_avg_pool2d_spatial(const DTensor& x, const kernels::Pool2dParams& /*p*/) {
+  return spatially_sharded(x) ? SpatialPlan::kHalo : SpatialPlan::kGather;
+}
+
+constexpr int kH = 1, kW = 2;
+const std::vector<int> kSpatialLetters = {kN, kH, kW, kC};
+
+HaloWindow2d pool_windows(const Layout& x_layout, const Shape& x_shape, const Shape& out,
+                          const kernels::Pool2dParams& p) {
+  return HaloWindow2d(x_layout, x_shape, out[1], out[2],
+                      WindowDim{p.window_h, p.stride_h, 1, p.pad_top},
+                      WindowDim{p.window_w, p.stride_w, 1, p.pad_left});
+}
+
+// The kernel parameters of local device i on its extended window.
+kernels::Pool2dParams halo_params(kernels::Pool2dParams p, const HaloWindow2d& window, size_t i) {
+  const LocalPadding pad = window.local_padding(i);
+  p.pad_top = pad.top, p.pad_bottom = pad.bottom, p.pad_left = pad.left, p.pad_right = pad.right;
+  return p;
+}
+
+// y = pool(x) with H and/or W sharded (`max` or avg).
+DTensor pool2d_halo(const char* op, bool max, const DTensor& x, const PoolShapes& shapes) {
+  OpSignature sig{op,
+                  "halo",
+                  {{kSpatialLetters, !max}},
+                  kSpatialLetters,
+                  max ? Linearity::kNone : Linearity::kMultilinear};
+  const WindowInputs in = decide_window_inputs(sig, {&x});
+  const DTensor& xs = in.inputs[0];
+  const Layout& out_layout = in.decision->output;
+  const HaloWindow2d window = pool_windows(xs.layout(), x.shape(), shapes.out, shapes.params);
+  const std::vector<Tensor> ext = window.extend(xs.shards());
+  const auto& ids = x.mesh().local_device_ids();
+  std::vector<Tensor> y = run_per_device(
+      x.mesh(), x.dtype(), [&](size_t i) { return out_layout.shard_shape(shapes.out, ids[i]); },
+      [&](size_t i) { return ext[i].num_elements() > 0; },
+      [&](size_t i) {
+        const kernels::Pool2dParams p = halo_params(shapes.params, window, i);
+        return max ? kernels::max_pool2d(ext[i], p) : kernels::avg_pool2d(ext[i], p);
+      });
+  return DTensor::from_trusted_shards(shapes.out, x.dtype(), out_layout, std::move(y));
+}
+
+// dx of max_pool2d with H and/or W sharded: x's windows extended, dy routed within each, the
+// halos summed back to their owners.
+DTensor max_pool2d_backprop_halo(const DTensor& x, const DTensor& dy, const PoolShapes& shapes) {
+  OpSignature sig{"max_pool2d",
+                  "grad,halo",
+                  {{kSpatialLetters, false}, {kSpatialLetters, true}},
+                  kSpatialLetters,
+                  Linearity::kMultilinear};
+  const WindowInputs in = decide_window_inputs(sig, {&x, &dy});
+  const DTensor& xs = in.inputs[0];
+  const DTensor& dys = in.inputs[1];
+  const HaloWindow2d window = pool_windows(xs.layout(), x.shape(), shapes.out, shapes.params);
+  const std::vector<Tensor> ext = window.extend(xs.shards());
+  std::vector<Tensor> dext = run_per_device(
+      x.mesh(), x.dtype(), [&](size_t i) { return ext[i].shape(); },
+      [&](size_t i) { return dys.shard(static_cast<int64_t>(i)).num_elements() > 0; },
+      [&](size_t i) {
+        return kernels::max_pool2d_grad(ext[i], dys.shard(static_cast<int64_t>(i)),
+                                        halo_params(shapes.params, window, i));
+      });
+  return DTensor::from_trusted_shards(x.shape(), x.dtype(), in.decision->output,
+                                      window.extend_adjoint(dext));
+}
+
+// dx of avg_pool2d with H and/or W sharded: dy spread over each extended window, the halos
+// summed back to their owners.
+DTensor avg_pool2d_backprop_halo(const Shape& x_shape, const DTensor& dy,
+                                 const PoolShapes& shapes) {
+  OpSignature sig{"avg_pool2d",
+                  "grad,halo",
+                  {{kSpatialLetters, true}},
+                  kSpatialLetters,
+                  Linearity::kMultilinear};
+  const WindowInputs in = decide_window_inputs(sig, {&dy});
+  const DTensor& dys = in.inputs[0];
+  const Layout& out_layout = in.decision->output;
+  const HaloWindow2d window = pool_windows(out_layout, x_shape, shapes.out, shapes.params);
+  auto ext_shape = [&](size_t i) {
+    const Tensor& dyi = dys.shard(static_cast<int64_t>(i));
+    return window.extended_shape(i, dyi.dim(0), dyi.dim(3));
+  };
+  std::vector<Tensor> dext = run_per_device(
+      dy.mesh(), dy.dtype(), ext_shape,
+      [&](size_t i) { return dys.shard(static_cast<int64_t>(i)).num_elements() > 0; },
+      [&](size_t i) {
+        return kernels::avg_pool2d_grad(ext_shape(i), dys.shard(static_cast<int64_t>(i)),
+                                        halo_params(shapes.params, window, i));
+      });
+  return DTensor::from_trusted_shards(x_shape, dy.dtype(), out_layout, window.extend_adjoint(dext));
 }
 
 constexpr int kWholeH = kBroadcastDim, kWholeW = kBroadcastDim;
@@ -113,6 +213,8 @@ DTensor max_pool2d_forward(const DTensor& x, const Pool2dOptions& options) {
   switch (plan_max_pool2d_spatial(x, shapes.params)) {
     case SpatialPlan::kGather:
       break;
+    case SpatialPlan::kHalo:
+      return pool2d_halo("max_pool2d", true, x, shapes);
   }
   OpSignature sig{"max_pool2d", {}, {{kGatheredLetters, false}}, kGatheredLetters};
   const kernels::Pool2dParams params = shapes.params;
@@ -126,6 +228,8 @@ DTensor max_pool2d_backprop(const DTensor& x, const DTensor& dy, const Pool2dOpt
   switch (plan_max_pool2d_spatial(x, shapes.params)) {
     case SpatialPlan::kGather:
       break;
+    case SpatialPlan::kHalo:
+      return max_pool2d_backprop_halo(x, dy, shapes);
   }
   OpSignature sig{"max_pool2d",
                   "grad",
@@ -145,6 +249,8 @@ DTensor avg_pool2d_forward(const DTensor& x, const Pool2dOptions& options) {
   switch (plan_avg_pool2d_spatial(x, shapes.params)) {
     case SpatialPlan::kGather:
       break;
+    case SpatialPlan::kHalo:
+      return pool2d_halo("avg_pool2d", false, x, shapes);
   }
   OpSignature sig{
       "avg_pool2d", {}, {{kGatheredLetters, true}}, kGatheredLetters, Linearity::kMultilinear};
@@ -159,6 +265,8 @@ DTensor avg_pool2d_backprop(const Shape& x_shape, const DTensor& dy, const Pool2
   switch (plan_avg_pool2d_spatial(dy, shapes.params)) {
     case SpatialPlan::kGather:
       break;
+    case SpatialPlan::kHalo:
+      return avg_pool2d_backprop_halo(x_shape, dy, shapes);
   }
   OpSignature sig{
       "avg_pool2d", "grad", {{kGatheredLetters, true}}, kGatheredLetters, Linearity::kMultilinear};
