@@ -8,6 +8,7 @@
 // groups per device) when every mesh dim splits the groups and channels evenly; otherwise they
 // stay whole. The filter's kh and kw are always whole; H and W follow plan_*_spatial below.
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -199,8 +200,9 @@ std::string halo_attributes(const Conv2dOptions& options) {
   return options.groups > 1 ? "g,halo" : "halo";
 }
 
+// `save`: where to keep x's extended windows for the filter gradient (null: nowhere).
 DTensor conv2d_halo(const DTensor& x, const DTensor& w, const ConvShapes& shapes,
-                    const Conv2dOptions& options) {
+                    const Conv2dOptions& options, std::shared_ptr<const SavedWindows>* save) {
   const ChannelLetters ch = channel_letters(x.mesh(), options.groups, x.shape()[3], w.shape()[3]);
   OpSignature sig{
       "conv2d",
@@ -215,6 +217,7 @@ DTensor conv2d_halo(const DTensor& x, const DTensor& w, const ConvShapes& shapes
   const HaloWindow2d window =
       conv_windows(xs.layout(), x.shape(), w.shape(), shapes.out, shapes.params);
   const std::vector<Tensor> ext = window.extend(xs.shards());
+  if (save) *save = std::make_shared<const SavedWindows>(SavedWindows{xs.layout(), ext});
   const int64_t opg = w.shape()[3] / options.groups;
   const auto& ids = x.mesh().local_device_ids();
   std::vector<Tensor> y = run_per_device(
@@ -262,8 +265,10 @@ DTensor conv2d_backprop_input_halo(const Shape& input_shape, const DTensor& w, c
                                       window.extend_adjoint(dext));
 }
 
+// `saved`: x's windows from the forward pass, used when x has the layout they were made in.
 DTensor conv2d_backprop_filter_halo(const DTensor& x, const Shape& filter_shape, const DTensor& dy,
-                                    const ConvShapes& shapes, const Conv2dOptions& options) {
+                                    const ConvShapes& shapes, const Conv2dOptions& options,
+                                    const SavedWindows* saved) {
   const ChannelLetters ch =
       channel_letters(x.mesh(), options.groups, x.shape()[3], filter_shape[3]);
   // N, H and W are contracted: the filter gradient is a partial sum over their mesh dims.
@@ -278,7 +283,8 @@ DTensor conv2d_backprop_filter_halo(const DTensor& x, const Shape& filter_shape,
   const Layout& out_layout = in.decision->output;
   const HaloWindow2d window =
       conv_windows(xs.layout(), x.shape(), filter_shape, shapes.out, shapes.params);
-  const std::vector<Tensor> ext = window.extend(xs.shards());
+  const std::vector<Tensor> ext =
+      saved && saved->layout == xs.layout() ? saved->windows : window.extend(xs.shards());
   const int64_t opg = filter_shape[3] / options.groups;
   const auto& ids = x.mesh().local_device_ids();
   std::vector<Tensor> dw = run_per_device(
@@ -300,7 +306,8 @@ constexpr int kWholeH = kBroadcastDim, kWholeW = kBroadcastDim;
 
 // ---- conv2d ------------------------------------------------------------------------------------
 
-DTensor conv2d_forward(const DTensor& x, const DTensor& w, const Conv2dOptions& options) {
+DTensor conv2d_forward(const DTensor& x, const DTensor& w, const Conv2dOptions& options,
+                       std::shared_ptr<const SavedWindows>* save = nullptr) {
   check_same_mesh("conv2d", {&x, &w});
   check_float("conv2d", x);
   check_same_dtype("conv2d", x, w);
@@ -310,7 +317,7 @@ DTensor conv2d_forward(const DTensor& x, const DTensor& w, const Conv2dOptions& 
     case SpatialPlan::kGather:
       break;
     case SpatialPlan::kHalo:
-      return conv2d_halo(x, w, shapes, options);
+      return conv2d_halo(x, w, shapes, options, save);
   }
   const ChannelLetters ch = channel_letters(x.mesh(), options.groups, x.shape()[3], w.shape()[3]);
   OpSignature sig{"conv2d",
@@ -364,7 +371,8 @@ DTensor conv2d_backprop_input_forward(const Shape& input_shape, const DTensor& w
 }
 
 DTensor conv2d_backprop_filter_forward(const DTensor& x, const Shape& filter_shape,
-                                       const DTensor& dy, const Conv2dOptions& options) {
+                                       const DTensor& dy, const Conv2dOptions& options,
+                                       const SavedWindows* saved = nullptr) {
   check_same_mesh("conv2d_backprop_filter", {&x, &dy});
   check_float("conv2d_backprop_filter", x);
   check_same_dtype("conv2d_backprop_filter", x, dy);
@@ -375,7 +383,7 @@ DTensor conv2d_backprop_filter_forward(const DTensor& x, const Shape& filter_sha
     case SpatialPlan::kGather:
       break;
     case SpatialPlan::kHalo:
-      return conv2d_backprop_filter_halo(x, filter_shape, dy, shapes, options);
+      return conv2d_backprop_filter_halo(x, filter_shape, dy, shapes, options, saved);
   }
   const ChannelLetters ch =
       channel_letters(x.mesh(), options.groups, x.shape()[3], filter_shape[3]);
@@ -401,13 +409,21 @@ DTensor conv2d_backprop_filter_forward(const DTensor& x, const Shape& filter_sha
 }  // namespace
 
 DTensor conv2d(const DTensor& x, const DTensor& w, const Conv2dOptions& options) {
+  // x's halo windows when H or W is sharded: the filter gradient reuses them (no second
+  // exchange in the backward pass).
+  std::shared_ptr<const SavedWindows> windows;
   return recorded(
-      {&x, &w}, [&] { return conv2d_forward(x, w, options); },
+      {&x, &w}, [&] { return conv2d_forward(x, w, options, &windows); },
       [&](const DTensor&) {
-        return [x, w, options](const DTensor& g) -> Grads {
+        return [x, w, options, windows](const DTensor& g) -> Grads {
           Grads grads(2);
           if (gradient_needed(0)) grads[0] = conv2d_backprop_input(x.shape(), w, g, options);
-          if (gradient_needed(1)) grads[1] = conv2d_backprop_filter(x, w.shape(), g, options);
+          if (gradient_needed(1)) {
+            grads[1] = windows ? unrecorded([&] {
+              return conv2d_backprop_filter_forward(x, w.shape(), g, options, windows.get());
+            })
+                               : conv2d_backprop_filter(x, w.shape(), g, options);
+          }
           return grads;
         };
       });

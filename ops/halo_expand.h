@@ -31,6 +31,14 @@ struct WindowInputs {
 WindowInputs decide_window_inputs(const OpSignature& sig,
                                   const std::vector<const DTensor*>& inputs);
 
+// An input's extended windows kept from a forward pass for a gradient that reads them again
+// (conv2d's filter gradient, max_pool2d's gradient), so that the backward pass exchanges only
+// the adjoint: `windows` were extended from the input in `layout`. Immutable once built.
+struct SavedWindows {
+  Layout layout;
+  std::vector<Tensor> windows;
+};
+
 // `kernel(i)` for every local device i of `mesh`, in local order, re-tagged with device i. A
 // device whose result box `result_shape(i)` or one of whose operands has no elements gets
 // zeros of that shape instead (an empty box, or the zero term of a window that reads nothing).

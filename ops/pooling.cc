@@ -3,6 +3,7 @@
 // N and C shard freely with no communication (each window is within one image and one channel);
 // H and W follow plan_*_spatial below. avg is linear (partial sums pass through), max is not.
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -128,8 +129,10 @@ kernels::Pool2dParams halo_params(kernels::Pool2dParams p, const HaloWindow2d& w
   return p;
 }
 
-// y = pool(x) with H and/or W sharded (`max` or avg).
-DTensor pool2d_halo(const char* op, bool max, const DTensor& x, const PoolShapes& shapes) {
+// y = pool(x) with H and/or W sharded (`max` or avg); `save`: where to keep x's extended windows
+// for the gradient (null: nowhere).
+DTensor pool2d_halo(const char* op, bool max, const DTensor& x, const PoolShapes& shapes,
+                    std::shared_ptr<const SavedWindows>* save) {
   OpSignature sig{op,
                   "halo",
                   {{kSpatialLetters, !max}},
@@ -140,6 +143,7 @@ DTensor pool2d_halo(const char* op, bool max, const DTensor& x, const PoolShapes
   const Layout& out_layout = in.decision->output;
   const HaloWindow2d window = pool_windows(xs.layout(), x.shape(), shapes.out, shapes.params);
   const std::vector<Tensor> ext = window.extend(xs.shards());
+  if (save) *save = std::make_shared<const SavedWindows>(SavedWindows{xs.layout(), ext});
   const auto& ids = x.mesh().local_device_ids();
   std::vector<Tensor> y = run_per_device(
       x.mesh(), x.dtype(), [&](size_t i) { return out_layout.shard_shape(shapes.out, ids[i]); },
@@ -152,8 +156,10 @@ DTensor pool2d_halo(const char* op, bool max, const DTensor& x, const PoolShapes
 }
 
 // dx of max_pool2d with H and/or W sharded: x's windows extended, dy routed within each, the
-// halos summed back to their owners.
-DTensor max_pool2d_backprop_halo(const DTensor& x, const DTensor& dy, const PoolShapes& shapes) {
+// halos summed back to their owners. `saved`: x's windows from the forward pass, used when x has
+// the layout they were made in.
+DTensor max_pool2d_backprop_halo(const DTensor& x, const DTensor& dy, const PoolShapes& shapes,
+                                 const SavedWindows* saved) {
   OpSignature sig{"max_pool2d",
                   "grad,halo",
                   {{kSpatialLetters, false}, {kSpatialLetters, true}},
@@ -163,7 +169,8 @@ DTensor max_pool2d_backprop_halo(const DTensor& x, const DTensor& dy, const Pool
   const DTensor& xs = in.inputs[0];
   const DTensor& dys = in.inputs[1];
   const HaloWindow2d window = pool_windows(xs.layout(), x.shape(), shapes.out, shapes.params);
-  const std::vector<Tensor> ext = window.extend(xs.shards());
+  const std::vector<Tensor> ext =
+      saved && saved->layout == xs.layout() ? saved->windows : window.extend(xs.shards());
   std::vector<Tensor> dext = run_per_device(
       x.mesh(), x.dtype(), [&](size_t i) { return ext[i].shape(); },
       [&](size_t i) { return dys.shard(static_cast<int64_t>(i)).num_elements() > 0; },
@@ -207,14 +214,15 @@ const std::vector<int> kGatheredLetters = {kN, kWholeH, kWholeW, kC};
 
 // ---- max_pool2d --------------------------------------------------------------------------------
 
-DTensor max_pool2d_forward(const DTensor& x, const Pool2dOptions& options) {
+DTensor max_pool2d_forward(const DTensor& x, const Pool2dOptions& options,
+                           std::shared_ptr<const SavedWindows>* save) {
   check_float("max_pool2d", x);
   const PoolShapes shapes = pool_shapes("max_pool2d", x.shape(), x.short_string(), options);
   switch (plan_max_pool2d_spatial(x, shapes.params)) {
     case SpatialPlan::kGather:
       break;
     case SpatialPlan::kHalo:
-      return pool2d_halo("max_pool2d", true, x, shapes);
+      return pool2d_halo("max_pool2d", true, x, shapes, save);
   }
   OpSignature sig{"max_pool2d", {}, {{kGatheredLetters, false}}, kGatheredLetters};
   const kernels::Pool2dParams params = shapes.params;
@@ -223,13 +231,14 @@ DTensor max_pool2d_forward(const DTensor& x, const Pool2dOptions& options) {
 }
 
 // dx: dy routed to the first maximum of each window. Linear in dy, not in x.
-DTensor max_pool2d_backprop(const DTensor& x, const DTensor& dy, const Pool2dOptions& options) {
+DTensor max_pool2d_backprop(const DTensor& x, const DTensor& dy, const Pool2dOptions& options,
+                            const SavedWindows* saved) {
   const PoolShapes shapes = pool_shapes("max_pool2d", x.shape(), x.short_string(), options);
   switch (plan_max_pool2d_spatial(x, shapes.params)) {
     case SpatialPlan::kGather:
       break;
     case SpatialPlan::kHalo:
-      return max_pool2d_backprop_halo(x, dy, shapes);
+      return max_pool2d_backprop_halo(x, dy, shapes, saved);
   }
   OpSignature sig{"max_pool2d",
                   "grad",
@@ -250,7 +259,7 @@ DTensor avg_pool2d_forward(const DTensor& x, const Pool2dOptions& options) {
     case SpatialPlan::kGather:
       break;
     case SpatialPlan::kHalo:
-      return pool2d_halo("avg_pool2d", false, x, shapes);
+      return pool2d_halo("avg_pool2d", false, x, shapes, nullptr);
   }
   OpSignature sig{
       "avg_pool2d", {}, {{kGatheredLetters, true}}, kGatheredLetters, Linearity::kMultilinear};
@@ -282,11 +291,14 @@ DTensor avg_pool2d_backprop(const Shape& x_shape, const DTensor& dy, const Pool2
 }  // namespace
 
 DTensor max_pool2d(const DTensor& x, const Pool2dOptions& options) {
+  // x's halo windows when H or W is sharded: the gradient reuses them (the backward pass only
+  // exchanges the adjoint).
+  std::shared_ptr<const SavedWindows> windows;
   return recorded(
-      {&x}, [&] { return max_pool2d_forward(x, options); },
+      {&x}, [&] { return max_pool2d_forward(x, options, &windows); },
       [&](const DTensor&) {
-        return [x, options](const DTensor& g) -> Grads {
-          return {max_pool2d_backprop(x, g, options)};
+        return [x, options, windows](const DTensor& g) -> Grads {
+          return {max_pool2d_backprop(x, g, options, windows.get())};
         };
       });
 }
