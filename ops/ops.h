@@ -121,8 +121,8 @@ DTensor layer_norm(const DTensor& x, const DTensor& gamma, const DTensor& beta, 
 // bf16 (accumulated in f32), f64 for gradient checks. Sharding follows the letters: n sharded
 // (data parallel) needs no communication; o sharded (the filter's last dim) gives an output
 // sharded on channels; c sharded on both x and the filter gives a partial-sum output, reduced
-// where a consumer needs it; with groups, whole groups may be sharded. A sharded h or w is, for
-// now, gathered first (always correct; halo exchange will replace it).
+// where a consumer needs it; with groups, whole groups may be sharded. A sharded h or w stays
+// sharded: one halo exchange per sharded dim and direction (ops/README.md, spatial sharding).
 
 // How H and W are padded (TF's rules). kValid: none. kSame: the output has ceil(in / stride)
 // positions; the padding needed is split evenly, the odd one at the bottom/right. kExplicit: the
@@ -154,8 +154,8 @@ DTensor conv2d_backprop_filter(const DTensor& x, const Shape& filter_shape, cons
 // ---- Pooling (ops/pooling.cc) ----
 //
 // Windows over h and w of every channel of NHWC x; n and c shard freely (no communication),
-// sharded h or w are gathered first (as conv2d). Padded positions never count (TF): max ignores
-// them and avg divides by the number of unpadded positions in each window.
+// sharded h or w stay sharded (halo exchange, as conv2d). Padded positions never count (TF): max
+// ignores them and avg divides by the number of unpadded positions in each window.
 
 struct Pool2dOptions {
   std::array<int64_t, 2> window = {2, 2};   // >= 1
