@@ -293,6 +293,34 @@ TEST_CASE("uneven and empty spatial shards: H=13 over 4, H=5 over 8") {
   }
 }
 
+TEST_CASE("f64 conv2d and pooling on spatial layouts equal one device") {
+  const Mesh mesh = test_mesh({{"x", 2}, {"y", 4}});
+  Rng rng(64);
+  const Tensor x = kernels::cast(uniform({2, 11, 9, 3}, rng, -1, 1), DType::kF64);
+  const Tensor w = kernels::cast(uniform({3, 2, 3, 2}, rng, -1, 1), DType::kF64);
+  Conv2dOptions conv;
+  conv.strides = {2, 1};
+  conv.dilations = {1, 2};
+  conv.padding = {Padding2d::kSame};
+  Pool2dOptions pool;
+  pool.window = {3, 3};
+  pool.strides = {2, 2};
+  pool.padding = {Padding2d::kSame};
+  const Layout layout({"unsharded", "y", "x", "unsharded"}, mesh);
+  const Layout replicated = Layout::replicated(mesh, 4);
+  const std::vector<std::pair<const char*, std::function<DTensor(const DTensor&)>>> ops = {
+      {"conv2d", [&](const DTensor& v) { return conv2d(v, distribute(w, replicated), conv); }},
+      {"max_pool2d", [&](const DTensor& v) { return max_pool2d(v, pool); }},
+      {"avg_pool2d", [&](const DTensor& v) { return avg_pool2d(v, pool); }},
+  };
+  for (const auto& [name, op] : ops) {
+    const DTensor y = op(distribute(x, layout));
+    REQUIRE(y.dtype() == DType::kF64);
+    REQUIRE(y.layout().sharding_specs() == layout.sharding_specs());
+    check_close(to_global(y), to_global(op(distribute(x, replicated))), name);
+  }
+}
+
 namespace {
 
 // The collectives of f's forward pass and of its backward pass (the gradients in the layouts
