@@ -343,6 +343,8 @@ TEST_CASE("pooling and local response normalisation match the naive reference") 
           ref_lrn(x, radius, 1.0, 0.001 / 9, 0.75), "lrn " + what, tol);
       check_close(to_global(local_response_normalization(on_one_device(x))),
                   ref_lrn(x, 5, 1.0, 1.0, 0.5), "lrn defaults " + what, tol);
+      check_close(to_global(local_response_normalization(on_one_device(x), radius, 2.0, 0.3, 0.6)),
+                  ref_lrn(x, radius, 2.0, 0.3, 0.6), "lrn beta 0.6 " + what, tol);
     }
   }
 }
