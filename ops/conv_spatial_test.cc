@@ -293,6 +293,29 @@ TEST_CASE("uneven and empty spatial shards: H=13 over 4, H=5 over 8") {
   }
 }
 
+TEST_CASE("max_pool2d's gradient on spatial layouts routes ties like one device") {
+  // Values in {0, 1, 2}: most windows have several maxima, and each shard's extended window must
+  // pick the same first one as the whole tensor does.
+  const Mesh mesh = test_mesh({{"x", 2}, {"y", 4}});
+  Rng rng(8);
+  Tensor x = Tensor::empty({2, 11, 10, 2}, DType::kF32);
+  for (int64_t i = 0; i < x.num_elements(); ++i) {
+    x.data<float>()[i] = static_cast<float>(uniform_int(rng, 0, 2));
+  }
+  for (int64_t k = 2; k <= 4; ++k) {
+    for (int64_t stride = 1; stride <= 2; ++stride) {
+      Pool2dOptions pool;
+      pool.window = {k, k};
+      pool.strides = {stride, stride};
+      pool.padding = {Padding2d::kSame};
+      const std::string what = fmt::format("window {} stride {}", k, stride);
+      check_against_one_device(
+          [pool](const std::vector<DTensor>& v) { return max_pool2d(v[0], pool); }, {x},
+          {Layout({"unsharded", "y", "x", "unsharded"}, mesh)}, rng, what);
+    }
+  }
+}
+
 TEST_CASE("f64 conv2d and pooling on spatial layouts equal one device") {
   const Mesh mesh = test_mesh({{"x", 2}, {"y", 4}});
   Rng rng(64);
