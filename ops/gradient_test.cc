@@ -270,6 +270,79 @@ const std::vector<OpCase>& op_cases() {
                                               uniform({5}, rng, -1, 1)};
                  },
                  [](const std::vector<DTensor>& v) { return layer_norm(v[0], v[1], v[2], 1e-3); }});
+    // CNN ops: uneven batch, spatial and channel dims, each padding kind, strides, dilations,
+    // groups.
+    {
+      Conv2dOptions same;
+      same.strides = {2, 1};
+      same.padding = {Padding2d::kSame};
+      Conv2dOptions dilated;
+      dilated.dilations = {2, 1};
+      Conv2dOptions grouped;
+      grouped.groups = 2;
+      grouped.strides = {1, 2};
+      grouped.padding = {Padding2d::kExplicit, 1, 0, 2, 1};
+      c.push_back({"conv2d", "conv2d same stride 2x1", true,
+                   two_inputs({3, 5, 4, 2}, {3, 2, 2, 3}, 0.1, 1),
+                   [same](const std::vector<DTensor>& v) { return conv2d(v[0], v[1], same); }});
+      c.push_back(
+          {"conv2d", "conv2d valid dilation 2x1", true,
+           two_inputs({2, 6, 3, 3}, {2, 2, 3, 5}, 0.1, 1),
+           [dilated](const std::vector<DTensor>& v) { return conv2d(v[0], v[1], dilated); }});
+      c.push_back(
+          {"conv2d", "conv2d explicit groups 2", true,
+           two_inputs({3, 4, 5, 4}, {2, 3, 2, 6}, 0.1, 1),
+           [grouped](const std::vector<DTensor>& v) { return conv2d(v[0], v[1], grouped); }});
+      c.push_back({"conv2d_backprop_input", "conv2d_backprop_input same", true,
+                   two_inputs({3, 2, 2, 3}, {3, 3, 4, 3}, 0.1, 1),
+                   [same](const std::vector<DTensor>& v) {
+                     return conv2d_backprop_input({3, 5, 4, 2}, v[0], v[1], same);
+                   }});
+      c.push_back({"conv2d_backprop_input", "conv2d_backprop_input groups", true,
+                   two_inputs({2, 3, 2, 6}, {3, 4, 3, 6}, 0.1, 1),
+                   [grouped](const std::vector<DTensor>& v) {
+                     return conv2d_backprop_input({3, 4, 5, 4}, v[0], v[1], grouped);
+                   }});
+      c.push_back({"conv2d_backprop_filter", "conv2d_backprop_filter same", true,
+                   two_inputs({3, 5, 4, 2}, {3, 3, 4, 3}, 0.1, 1),
+                   [same](const std::vector<DTensor>& v) {
+                     return conv2d_backprop_filter(v[0], {3, 2, 2, 3}, v[1], same);
+                   }});
+      c.push_back({"conv2d_backprop_filter", "conv2d_backprop_filter groups", true,
+                   two_inputs({3, 4, 5, 4}, {3, 4, 3, 6}, 0.1, 1),
+                   [grouped](const std::vector<DTensor>& v) {
+                     return conv2d_backprop_filter(v[0], {2, 3, 2, 6}, v[1], grouped);
+                   }});
+      Pool2dOptions pool_same;
+      pool_same.window = {3, 2};
+      pool_same.strides = {2, 2};
+      pool_same.padding = {Padding2d::kSame};
+      Pool2dOptions pool_valid;
+      pool_valid.window = {2, 3};
+      pool_valid.strides = {1, 2};
+      c.push_back(
+          {"max_pool2d", "max_pool2d same", true, one_input({3, 5, 6, 3}, 0.1, 2),
+           [pool_same](const std::vector<DTensor>& v) { return max_pool2d(v[0], pool_same); }});
+      c.push_back(
+          {"max_pool2d", "max_pool2d valid", true, one_input({2, 4, 7, 5}, 0.1, 2),
+           [pool_valid](const std::vector<DTensor>& v) { return max_pool2d(v[0], pool_valid); }});
+      c.push_back(
+          {"avg_pool2d", "avg_pool2d same", true, one_input({3, 5, 6, 3}, 0.1, 2),
+           [pool_same](const std::vector<DTensor>& v) { return avg_pool2d(v[0], pool_same); }});
+      c.push_back(
+          {"avg_pool2d", "avg_pool2d valid", true, one_input({2, 4, 7, 5}, 0.1, 2),
+           [pool_valid](const std::vector<DTensor>& v) { return avg_pool2d(v[0], pool_valid); }});
+      c.push_back({"local_response_normalization", "local_response_normalization", true,
+                   one_input({3, 2, 3, 6}, 0.1, 2), [](const std::vector<DTensor>& v) {
+                     return local_response_normalization(v[0], 2, 1.0, 0.1, 0.75);
+                   }});
+      c.push_back({"bias_add", "bias_add", true, two_inputs({3, 2, 5}, {5}, 0.1, 2),
+                   [](const std::vector<DTensor>& v) { return bias_add(v[0], v[1]); }});
+      c.push_back({"flatten", "flatten", true, one_input({3, 2, 5}, 0.1, 2),
+                   [](const std::vector<DTensor>& v) { return flatten(v[0]); }});
+      c.push_back({"dropout", "dropout", true, one_input({6, 5}, 0.1, 2),
+                   [](const std::vector<DTensor>& v) { return dropout(v[0], 0.4, 99); }});
+    }
     return c;
   }();
   return cases;

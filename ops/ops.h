@@ -15,6 +15,8 @@
 // VJP side by side. ops/README.md says which files a new op (or a new family) touches.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -112,5 +114,72 @@ DTensor one_hot(const DTensor& indices, int64_t depth, DType dtype = DType::kF32
 
 // Normalises over the last dim (kept unsharded) and applies gamma and beta of shape [D].
 DTensor layer_norm(const DTensor& x, const DTensor& gamma, const DTensor& beta, double eps = 1e-5);
+
+// ---- Conv (ops/conv.cc) ----
+//
+// Activations are NHWC [n, h, w, c] and filters HWIO [kh, kw, c / groups, o], as in TF. f32 and
+// bf16 (accumulated in f32), f64 for gradient checks. Sharding follows the letters: n sharded
+// (data parallel) needs no communication; o sharded (the filter's last dim) gives an output
+// sharded on channels; c sharded on both x and the filter gives a partial-sum output, reduced
+// where a consumer needs it; with groups, whole groups may be sharded. A sharded h or w is, for
+// now, gathered first (always correct; halo exchange will replace it).
+
+// How H and W are padded (TF's rules). kValid: none. kSame: the output has ceil(in / stride)
+// positions; the padding needed is split evenly, the odd one at the bottom/right. kExplicit: the
+// given element counts, each >= 0.
+struct Padding2d {
+  enum Kind : uint8_t { kValid, kSame, kExplicit };
+  Kind kind = kValid;
+  int64_t top = 0, bottom = 0, left = 0, right = 0;  // kExplicit only
+};
+
+struct Conv2dOptions {
+  std::array<int64_t, 2> strides = {1, 1};    // along h and w, >= 1
+  std::array<int64_t, 2> dilations = {1, 1};  // along h and w, >= 1
+  Padding2d padding;
+  int64_t groups = 1;  // divides c and o; c / groups is the filter's third dim
+};
+
+// y[n, oh, ow, o] = sum over kh, kw and the c of o's group of x[n, ih, iw, c] * w[kh, kw, c, o].
+DTensor conv2d(const DTensor& x, const DTensor& w, const Conv2dOptions& options = {});
+// The gradient of conv2d with respect to its input (of `input_shape`), given the filter and the
+// output gradient dy. Linear in w and dy; dy's o sharded gives a partial-sum result.
+DTensor conv2d_backprop_input(const Shape& input_shape, const DTensor& w, const DTensor& dy,
+                              const Conv2dOptions& options = {});
+// The gradient of conv2d with respect to its filter (of `filter_shape`), given x and dy. Linear in
+// both; a batch-sharded x and dy give a partial-sum result (the data-parallel gradient sum).
+DTensor conv2d_backprop_filter(const DTensor& x, const Shape& filter_shape, const DTensor& dy,
+                               const Conv2dOptions& options = {});
+
+// ---- Pooling (ops/pooling.cc) ----
+//
+// Windows over h and w of every channel of NHWC x; n and c shard freely (no communication),
+// sharded h or w are gathered first (as conv2d). Padded positions never count (TF): max ignores
+// them and avg divides by the number of unpadded positions in each window.
+
+struct Pool2dOptions {
+  std::array<int64_t, 2> window = {2, 2};   // >= 1
+  std::array<int64_t, 2> strides = {2, 2};  // >= 1
+  Padding2d padding;                        // kExplicit paddings must be smaller than the window
+};
+
+DTensor max_pool2d(const DTensor& x, const Pool2dOptions& options = {});
+DTensor avg_pool2d(const DTensor& x, const Pool2dOptions& options = {});
+
+// ---- CNN layers (ops/nn.cc) ----
+
+// TF's tf.nn.local_response_normalization over the last (channel) dim of x (rank 4), kept whole:
+//   y[c] = x[c] / (bias + alpha * sum_{|c' - c| <= depth_radius} x[c']^2)^beta
+DTensor local_response_normalization(const DTensor& x, int64_t depth_radius = 5, double bias = 1.0,
+                                     double alpha = 1.0, double beta = 0.5);
+// x + b with b of shape [c] over x's last dim.
+DTensor bias_add(const DTensor& x, const DTensor& b);
+// [n, d1, d2, ...] -> [n, d1 * d2 * ...] (Keras Flatten; rank 1 gives [n, 1]).
+DTensor flatten(const DTensor& x);
+// With `training`, each element is kept with probability 1 - rate and scaled by 1 / (1 - rate),
+// else zeroed; the mask is a function of (seed, global element position) only (runtime/random.h),
+// so it is the same on every mesh and layout. Without `training` (or with rate 0), x itself.
+// rate must be in [0, 1).
+DTensor dropout(const DTensor& x, double rate, uint64_t seed, bool training = true);
 
 }  // namespace dtensor

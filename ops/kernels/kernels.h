@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/kernels/conv_params.h"
 #include "ops/kernels/kernel_types.h"
 #include "runtime/tensor.h"
 
@@ -175,6 +176,34 @@ Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& padd
 // updates.shape = shape[:axis] + indices.shape + shape[axis+1:]. The adjoint of gather;
 // repeated indices accumulate. Not for bool.
 Tensor scatter_add(const Shape& shape, const Tensor& indices, const Tensor& updates, int64_t axis);
+
+// ---- CNN ops (f32, f64, bf16 through f32; NHWC, HWIO; ops/kernels/conv_params.h) ------------
+
+// y[n, oh, ow, o] = sum over (kh, kw, c of o's group) of x[n, ih, iw, c] * w[kh, kw, c, o] with
+// ih = oh * stride_h - pad_top + kh * dilation_h (iw alike), padded positions reading zero.
+// ShapeError for ranks other than 4, channels that do not match w or do not split into groups,
+// or a window larger than the padded input; DTypeError for mismatched or non-float dtypes.
+// f32 runs on oneDNN (a primitive per geometry, cached) with params.threads threads; f64 on a
+// direct loop (the reference the gradient checks use).
+Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& params);
+// The gradient of conv2d with respect to x (of `x_shape`), given w and the output gradient dy.
+Tensor conv2d_backprop_input(const Shape& x_shape, const Tensor& w, const Tensor& dy,
+                             const Conv2dParams& params);
+// The gradient of conv2d with respect to w (of `w_shape`), given x and dy.
+Tensor conv2d_backprop_filter(const Tensor& x, const Shape& w_shape, const Tensor& dy,
+                              const Conv2dParams& params);
+
+// Max and average over each window of every channel; the gradients route dy back (max: to the
+// first maximum of each window, as TF; avg: dy / count to each unpadded position).
+Tensor max_pool2d(const Tensor& x, const Pool2dParams& params);
+Tensor max_pool2d_grad(const Tensor& x, const Tensor& dy, const Pool2dParams& params);
+Tensor avg_pool2d(const Tensor& x, const Pool2dParams& params);
+Tensor avg_pool2d_grad(const Shape& x_shape, const Tensor& dy, const Pool2dParams& params);
+
+// Local response normalisation over the last dim (LrnParams) and its gradient given dy.
+Tensor local_response_normalization(const Tensor& x, const LrnParams& params);
+Tensor local_response_normalization_grad(const Tensor& x, const Tensor& dy,
+                                         const LrnParams& params);
 
 }  // namespace dtensor::kernels
 

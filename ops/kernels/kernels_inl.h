@@ -200,4 +200,69 @@ inline Tensor scatter_add(const Shape& shape, const Tensor& indices, const Tenso
       [&] { return gpu::scatter_add(shape, indices, updates, axis); });
 }
 
+// ---- CNN ops ----
+
+inline Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& params) {
+  return dispatch::on(
+      dispatch::device_type_of("conv2d", x, w), [&] { return cpu::conv2d(x, w, params); },
+      [&] { return gpu::conv2d(x, w, params); });
+}
+
+inline Tensor conv2d_backprop_input(const Shape& x_shape, const Tensor& w, const Tensor& dy,
+                                    const Conv2dParams& params) {
+  return dispatch::on(
+      dispatch::device_type_of("conv2d_backprop_input", w, dy),
+      [&] { return cpu::conv2d_backprop_input(x_shape, w, dy, params); },
+      [&] { return gpu::conv2d_backprop_input(x_shape, w, dy, params); });
+}
+
+inline Tensor conv2d_backprop_filter(const Tensor& x, const Shape& w_shape, const Tensor& dy,
+                                     const Conv2dParams& params) {
+  return dispatch::on(
+      dispatch::device_type_of("conv2d_backprop_filter", x, dy),
+      [&] { return cpu::conv2d_backprop_filter(x, w_shape, dy, params); },
+      [&] { return gpu::conv2d_backprop_filter(x, w_shape, dy, params); });
+}
+
+inline Tensor max_pool2d(const Tensor& x, const Pool2dParams& params) {
+  return dispatch::on(
+      dispatch::device_type_of("max_pool2d", x), [&] { return cpu::max_pool2d(x, params); },
+      [&] { return gpu::max_pool2d(x, params); });
+}
+
+inline Tensor max_pool2d_grad(const Tensor& x, const Tensor& dy, const Pool2dParams& params) {
+  return dispatch::on(
+      dispatch::device_type_of("max_pool2d_grad", x, dy),
+      [&] { return cpu::max_pool2d_grad(x, dy, params); },
+      [&] { return gpu::max_pool2d_grad(x, dy, params); });
+}
+
+inline Tensor avg_pool2d(const Tensor& x, const Pool2dParams& params) {
+  return dispatch::on(
+      dispatch::device_type_of("avg_pool2d", x), [&] { return cpu::avg_pool2d(x, params); },
+      [&] { return gpu::avg_pool2d(x, params); });
+}
+
+inline Tensor avg_pool2d_grad(const Shape& x_shape, const Tensor& dy, const Pool2dParams& params) {
+  return dispatch::on(
+      dispatch::device_type_of("avg_pool2d_grad", dy),
+      [&] { return cpu::avg_pool2d_grad(x_shape, dy, params); },
+      [&] { return gpu::avg_pool2d_grad(x_shape, dy, params); });
+}
+
+inline Tensor local_response_normalization(const Tensor& x, const LrnParams& params) {
+  return dispatch::on(
+      dispatch::device_type_of("local_response_normalization", x),
+      [&] { return cpu::local_response_normalization(x, params); },
+      [&] { return gpu::local_response_normalization(x, params); });
+}
+
+inline Tensor local_response_normalization_grad(const Tensor& x, const Tensor& dy,
+                                                const LrnParams& params) {
+  return dispatch::on(
+      dispatch::device_type_of("local_response_normalization_grad", x, dy),
+      [&] { return cpu::local_response_normalization_grad(x, dy, params); },
+      [&] { return gpu::local_response_normalization_grad(x, dy, params); });
+}
+
 }  // namespace dtensor::kernels

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/kernels/conv_params.h"
 #include "ops/kernels/kernel_types.h"
 #include "runtime/tensor.h"
 
@@ -49,5 +50,19 @@ Tensor gather(const Tensor& params, const Tensor& indices, int64_t axis);
 Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& paddings,
            double value = 0.0);
 Tensor scatter_add(const Shape& shape, const Tensor& indices, const Tensor& updates, int64_t axis);
+
+// CNN ops (conv.cc, pool.cc, lrn.cc).
+Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& params);
+Tensor conv2d_backprop_input(const Shape& x_shape, const Tensor& w, const Tensor& dy,
+                             const Conv2dParams& params);
+Tensor conv2d_backprop_filter(const Tensor& x, const Shape& w_shape, const Tensor& dy,
+                              const Conv2dParams& params);
+Tensor max_pool2d(const Tensor& x, const Pool2dParams& params);
+Tensor max_pool2d_grad(const Tensor& x, const Tensor& dy, const Pool2dParams& params);
+Tensor avg_pool2d(const Tensor& x, const Pool2dParams& params);
+Tensor avg_pool2d_grad(const Shape& x_shape, const Tensor& dy, const Pool2dParams& params);
+Tensor local_response_normalization(const Tensor& x, const LrnParams& params);
+Tensor local_response_normalization_grad(const Tensor& x, const Tensor& dy,
+                                         const LrnParams& params);
 
 }  // namespace dtensor::kernels::cpu

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/kernels/conv_params.h"
 #include "ops/kernels/kernel_types.h"
 #include "ops/kernels/optimizer_update.h"
 #include "runtime/random_spec.h"
@@ -69,5 +70,19 @@ void sgd_momentum_update(const Tensor& var, const Tensor& grad, const Tensor& ve
                          bool nesterov);
 void adam_update(const Tensor& var, const Tensor& grad, const Tensor& m, const Tensor& v,
                  Tensor& var_out, Tensor& m_out, Tensor& v_out, const AdamStepParams& params);
+
+// CNN ops (conv.cc, pool.cc, lrn.cc).
+Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& params);
+Tensor conv2d_backprop_input(const Shape& x_shape, const Tensor& w, const Tensor& dy,
+                             const Conv2dParams& params);
+Tensor conv2d_backprop_filter(const Tensor& x, const Shape& w_shape, const Tensor& dy,
+                              const Conv2dParams& params);
+Tensor max_pool2d(const Tensor& x, const Pool2dParams& params);
+Tensor max_pool2d_grad(const Tensor& x, const Tensor& dy, const Pool2dParams& params);
+Tensor avg_pool2d(const Tensor& x, const Pool2dParams& params);
+Tensor avg_pool2d_grad(const Shape& x_shape, const Tensor& dy, const Pool2dParams& params);
+Tensor local_response_normalization(const Tensor& x, const LrnParams& params);
+Tensor local_response_normalization_grad(const Tensor& x, const Tensor& dy,
+                                         const LrnParams& params);
 
 }  // namespace dtensor::kernels::gpu

@@ -1,0 +1,318 @@
+// The conv family: conv2d and its two gradients, each an op of its own with its own letters
+// (the VJP of one is the others). NHWC activations, HWIO filters.
+//
+// Letters, groups == 1: x [N, H, W, C], w [kh, kw, C, O], y [N, H', W', O]; C is contracted, so
+// a C sharded on both operands makes y a partial sum (reduced where a consumer needs it), an O
+// sharded on w gives y sharded on channels, and N sharded is data parallel with no communication.
+// With groups > 1 the channels of x, the filter's O and y's channels share one letter (whole
+// groups per device) when every mesh dim splits the groups and channels evenly; otherwise they
+// stay whole. The filter's kh and kw are always whole; H and W follow plan_*_spatial below.
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "ops/kernels/kernels.h"
+#include "ops/op_internal.h"
+#include "ops/ops.h"
+
+namespace dtensor {
+
+using namespace op_internal;  // NOLINT: the shared machinery of every family file
+
+namespace {
+
+// Letters of the family.
+constexpr int kN = 0, kH = 1, kW = 2, kC = 3, kO = 4, kG = 5;
+
+// ---- Geometry ---------------------------------------------------------------------------------
+
+// (before, after) padding of one spatial dim under `padding` (TF's SAME: the odd one after).
+std::pair<int64_t, int64_t> resolve_padding(const Padding2d& padding, bool along_h, int64_t in,
+                                            int64_t k, int64_t dilation, int64_t stride) {
+  switch (padding.kind) {
+    case Padding2d::kValid:
+      break;
+    case Padding2d::kSame: {
+      const int64_t out = (in + stride - 1) / stride;
+      const int64_t total = std::max<int64_t>((out - 1) * stride + (k - 1) * dilation + 1 - in, 0);
+      return {total / 2, total - total / 2};
+    }
+    case Padding2d::kExplicit:
+      return along_h ? std::make_pair(padding.top, padding.bottom)
+                     : std::make_pair(padding.left, padding.right);
+  }
+  return {0, 0};
+}
+
+struct ConvShapes {
+  kernels::Conv2dParams params;
+  Shape out;  // [n, oh, ow, o]
+};
+
+// Checks x (of `x_shape`, named `x_name`) and w against `options` and returns the kernel
+// parameters and y's shape. Errors name `op`.
+ConvShapes conv_shapes(const char* op, const Shape& x_shape, const std::string& x_name,
+                       const Shape& w_shape, const std::string& w_name,
+                       const Conv2dOptions& options) {
+  if (x_shape.size() != 4 || w_shape.size() != 4) {
+    throw_error<ShapeError>(op, "x {} must be [n,h,w,c] and the filter {} [kh,kw,c/groups,o]",
+                            x_name, w_name);
+  }
+  const auto& s = options.strides;
+  const auto& d = options.dilations;
+  if (s[0] < 1 || s[1] < 1)
+    throw_error<InvalidArgumentError>(op, "strides must be >= 1, got {}x{}", s[0], s[1]);
+  if (d[0] < 1 || d[1] < 1) {
+    throw_error<InvalidArgumentError>(op, "dilations must be >= 1, got {}x{}", d[0], d[1]);
+  }
+  const Padding2d& p = options.padding;
+  if (p.kind == Padding2d::kExplicit && (p.top < 0 || p.bottom < 0 || p.left < 0 || p.right < 0)) {
+    throw_error<InvalidArgumentError>(op, "explicit paddings must be >= 0, got {},{},{},{}", p.top,
+                                      p.bottom, p.left, p.right);
+  }
+  const int64_t c = x_shape[3], o = w_shape[3], groups = options.groups;
+  if (groups < 1 || c % groups != 0 || o % groups != 0) {
+    throw_error<InvalidArgumentError>(
+        op,
+        "groups {} must be >= 1 and divide the input channels of x {} and the output channels "
+        "of the filter {}",
+        groups, x_name, w_name);
+  }
+  if (w_shape[2] * groups != c) {
+    throw_error<ShapeError>(op,
+                            "x {} has {} channels but the filter {} takes {} per group x {} groups",
+                            x_name, c, w_name, w_shape[2], groups);
+  }
+  ConvShapes r;
+  kernels::Conv2dParams& k = r.params;
+  k.stride_h = s[0], k.stride_w = s[1], k.dilation_h = d[0], k.dilation_w = d[1];
+  k.groups = groups;
+  std::tie(k.pad_top, k.pad_bottom) = resolve_padding(p, true, x_shape[1], w_shape[0], d[0], s[0]);
+  std::tie(k.pad_left, k.pad_right) = resolve_padding(p, false, x_shape[2], w_shape[1], d[1], s[1]);
+  const int64_t oh =
+      kernels::conv_output_size(x_shape[1], k.pad_top, k.pad_bottom, w_shape[0], d[0], s[0]);
+  const int64_t ow =
+      kernels::conv_output_size(x_shape[2], k.pad_left, k.pad_right, w_shape[1], d[1], s[1]);
+  if (oh < 1 || ow < 1 || w_shape[0] < 1 || w_shape[1] < 1) {
+    throw_error<ShapeError>(
+        op, "the {}x{} filter (dilations {}x{}) does not fit x {} padded to {}x{}", w_shape[0],
+        w_shape[1], d[0], d[1], x_name, x_shape[1] + k.pad_top + k.pad_bottom,
+        x_shape[2] + k.pad_left + k.pad_right);
+  }
+  r.out = {x_shape[0], oh, ow, o};
+  return r;
+}
+
+void check_float(const char* op, const DTensor& t) {
+  if (!is_floating(t.dtype())) {
+    throw_error<DTypeError>(op, "{} must be f32, f64 or bf16", t.short_string());
+  }
+}
+
+void check_dy(const char* op, const DTensor& dy, const Shape& want) {
+  if (dy.shape() != want) {
+    throw_error<ShapeError>(op, "dy {} must be {}, the output shape of the convolution",
+                            dy.short_string(), shape_to_string(want));
+  }
+}
+
+double conv_flops(const Shape& out, const Shape& w_shape) {
+  return 2.0 * static_cast<double>(num_elements(out)) * static_cast<double>(w_shape[0]) *
+         static_cast<double>(w_shape[1]) * static_cast<double>(w_shape[2]);
+}
+
+// Whether whole groups may be sharded: every mesh dim splits the groups and both channel counts
+// evenly, so that each device's channel slice holds whole groups.
+bool groups_shardable(const Mesh& mesh, int64_t groups, int64_t c, int64_t o) {
+  if (groups == 1) return false;
+  for (const MeshDim& dim : mesh.dims()) {
+    const int64_t k = dim.size;
+    if (groups % k != 0 || c % k != 0 || o % k != 0) return false;
+  }
+  return true;
+}
+
+// The channel letters: (x's channels, the filter's third dim, the filter's and y's O).
+struct ChannelLetters {
+  int in, filter_in, out;
+};
+ChannelLetters channel_letters(const Mesh& mesh, int64_t groups, int64_t c, int64_t o) {
+  if (groups == 1) return {kC, kC, kO};
+  if (groups_shardable(mesh, groups, c, o)) return {kG, kBroadcastDim, kG};
+  return {kBroadcastDim, kBroadcastDim, kBroadcastDim};
+}
+
+// The kernel parameters for one device's shards: its share of the groups (whole groups per
+// device, found from its output channels o_local; opg = o / groups, cpg = c / groups globally)
+// and the thread budget of ops/expand.h.
+kernels::Conv2dParams local_params(kernels::Conv2dParams p, int64_t o_local, int64_t opg) {
+  if (p.groups > 1 && opg > 0) p.groups = o_local / opg;
+  p.threads = local_blas_threads();
+  return p;
+}
+
+// ---- Spatial sharding: the one decision per op that halo exchange replaces ---------------------
+//
+// How an op treats a sharded H or W. kGather keeps both whole (their letters kBroadcastDim): the
+// solver relayouts a spatially sharded operand to whole H and W first, which is correct for every
+// layout. A halo-exchange plan will keep them sharded and exchange the rows each shard's windows
+// need from its neighbours.
+enum class SpatialPlan { kGather };
+
+SpatialPlan plan_conv2d_spatial(const DTensor& /*x*/, const kernels::Conv2dParams& /*params*/) {
+  return SpatialPlan::kGather;
+}
+SpatialPlan plan_conv2d_backprop_input_spatial(const DTensor& /*dy*/,
+                                               const kernels::Conv2dParams& /*params*/) {
+  return SpatialPlan::kGather;
+}
+SpatialPlan plan_conv2d_backprop_filter_spatial(const DTensor& /*x*/, const DTensor& /*dy*/,
+                                                const kernels::Conv2dParams& /*params*/) {
+  return SpatialPlan::kGather;
+}
+
+// H and W letters of an activation under kGather.
+constexpr int kWholeH = kBroadcastDim, kWholeW = kBroadcastDim;
+
+// ---- conv2d ------------------------------------------------------------------------------------
+
+DTensor conv2d_forward(const DTensor& x, const DTensor& w, const Conv2dOptions& options) {
+  check_same_mesh("conv2d", {&x, &w});
+  check_float("conv2d", x);
+  check_same_dtype("conv2d", x, w);
+  const ConvShapes shapes =
+      conv_shapes("conv2d", x.shape(), x.short_string(), w.shape(), w.short_string(), options);
+  switch (plan_conv2d_spatial(x, shapes.params)) {
+    case SpatialPlan::kGather:
+      break;
+  }
+  const ChannelLetters ch = channel_letters(x.mesh(), options.groups, x.shape()[3], w.shape()[3]);
+  OpSignature sig{"conv2d",
+                  options.groups > 1 ? "g" : "",
+                  {{{kN, kWholeH, kWholeW, ch.in}, true},
+                   {{kBroadcastDim, kBroadcastDim, ch.filter_in, ch.out}, true}},
+                  {kN, kWholeH, kWholeW, ch.out},
+                  Linearity::kMultilinear};
+  const kernels::Conv2dParams params = shapes.params;
+  const int64_t opg = w.shape()[3] / options.groups;
+  return expand(sig, {&x, &w}, shapes.out, x.dtype(), conv_flops(shapes.out, w.shape()),
+                [params, opg](const Shards& s) {
+                  return kernels::conv2d(s[0], s[1], local_params(params, s[1].shape()[3], opg));
+                });
+}
+
+DTensor conv2d_backprop_input_forward(const Shape& input_shape, const DTensor& w, const DTensor& dy,
+                                      const Conv2dOptions& options) {
+  check_same_mesh("conv2d_backprop_input", {&w, &dy});
+  check_float("conv2d_backprop_input", w);
+  check_same_dtype("conv2d_backprop_input", w, dy);
+  const ConvShapes shapes =
+      conv_shapes("conv2d_backprop_input", input_shape, shape_to_string(input_shape), w.shape(),
+                  w.short_string(), options);
+  check_dy("conv2d_backprop_input", dy, shapes.out);
+  switch (plan_conv2d_backprop_input_spatial(dy, shapes.params)) {
+    case SpatialPlan::kGather:
+      break;
+  }
+  const ChannelLetters ch = channel_letters(w.mesh(), options.groups, input_shape[3], w.shape()[3]);
+  // O is contracted (groups == 1); the result's channels take x's letter.
+  OpSignature sig{"conv2d_backprop_input",
+                  options.groups > 1 ? "g" : "",
+                  {{{kBroadcastDim, kBroadcastDim, ch.filter_in, ch.out}, true},
+                   {{kN, kWholeH, kWholeW, ch.out}, true}},
+                  {kN, kWholeH, kWholeW, ch.in},
+                  Linearity::kMultilinear};
+  const kernels::Conv2dParams params = shapes.params;
+  const int64_t opg = w.shape()[3] / options.groups;
+  const Shape whole = input_shape;
+  return expand(
+      sig, {&w, &dy}, input_shape, w.dtype(), conv_flops(shapes.out, w.shape()),
+      [params, opg, whole](const Shards& s) {
+        const kernels::Conv2dParams local = local_params(params, s[0].shape()[3], opg);
+        // This device's batch rows and channels of x (whole groups with groups > 1).
+        const Shape x_local = {s[1].shape()[0], whole[1], whole[2], s[0].shape()[2] * local.groups};
+        return kernels::conv2d_backprop_input(x_local, s[0], s[1], local);
+      });
+}
+
+DTensor conv2d_backprop_filter_forward(const DTensor& x, const Shape& filter_shape,
+                                       const DTensor& dy, const Conv2dOptions& options) {
+  check_same_mesh("conv2d_backprop_filter", {&x, &dy});
+  check_float("conv2d_backprop_filter", x);
+  check_same_dtype("conv2d_backprop_filter", x, dy);
+  const ConvShapes shapes = conv_shapes("conv2d_backprop_filter", x.shape(), x.short_string(),
+                                        filter_shape, shape_to_string(filter_shape), options);
+  check_dy("conv2d_backprop_filter", dy, shapes.out);
+  switch (plan_conv2d_backprop_filter_spatial(x, dy, shapes.params)) {
+    case SpatialPlan::kGather:
+      break;
+  }
+  const ChannelLetters ch =
+      channel_letters(x.mesh(), options.groups, x.shape()[3], filter_shape[3]);
+  // N (and H, W) are contracted: a batch-sharded x and dy give a partial-sum filter gradient.
+  OpSignature sig{"conv2d_backprop_filter",
+                  options.groups > 1 ? "g" : "",
+                  {{{kN, kWholeH, kWholeW, ch.in}, true}, {{kN, kWholeH, kWholeW, ch.out}, true}},
+                  {kBroadcastDim, kBroadcastDim, ch.filter_in, ch.out},
+                  Linearity::kMultilinear};
+  const kernels::Conv2dParams params = shapes.params;
+  const int64_t opg = filter_shape[3] / options.groups;
+  const Shape whole = filter_shape;
+  return expand(sig, {&x, &dy}, filter_shape, x.dtype(), conv_flops(shapes.out, filter_shape),
+                [params, opg, whole](const Shards& s) {
+                  const kernels::Conv2dParams local = local_params(params, s[1].shape()[3], opg);
+                  const Shape w_local = {whole[0], whole[1],
+                                         params.groups == 1 ? s[0].shape()[3] : whole[2],
+                                         s[1].shape()[3]};
+                  return kernels::conv2d_backprop_filter(s[0], w_local, s[1], local);
+                });
+}
+
+}  // namespace
+
+DTensor conv2d(const DTensor& x, const DTensor& w, const Conv2dOptions& options) {
+  return recorded(
+      {&x, &w}, [&] { return conv2d_forward(x, w, options); },
+      [&](const DTensor&) {
+        return [x, w, options](const DTensor& g) -> Grads {
+          Grads grads(2);
+          if (gradient_needed(0)) grads[0] = conv2d_backprop_input(x.shape(), w, g, options);
+          if (gradient_needed(1)) grads[1] = conv2d_backprop_filter(x, w.shape(), g, options);
+          return grads;
+        };
+      });
+}
+
+// dx = B(w, dy) is the adjoint of x -> conv2d(x, w): <G, B(w, dy)> = <conv2d(G, w), dy>, so the
+// gradient in dy is conv2d(G, w) and the one in w is the filter gradient of that conv2d.
+DTensor conv2d_backprop_input(const Shape& input_shape, const DTensor& w, const DTensor& dy,
+                              const Conv2dOptions& options) {
+  return recorded(
+      {&w, &dy}, [&] { return conv2d_backprop_input_forward(input_shape, w, dy, options); },
+      [&](const DTensor&) {
+        return [w, dy, options](const DTensor& g) -> Grads {
+          Grads grads(2);
+          if (gradient_needed(0)) grads[0] = conv2d_backprop_filter(g, w.shape(), dy, options);
+          if (gradient_needed(1)) grads[1] = conv2d(g, w, options);
+          return grads;
+        };
+      });
+}
+
+// dw = F(x, dy) satisfies <G, F(x, dy)> = <conv2d(x, G), dy>: the gradient in dy is conv2d(x, G)
+// and the one in x is the input gradient of that conv2d.
+DTensor conv2d_backprop_filter(const DTensor& x, const Shape& filter_shape, const DTensor& dy,
+                               const Conv2dOptions& options) {
+  return recorded(
+      {&x, &dy}, [&] { return conv2d_backprop_filter_forward(x, filter_shape, dy, options); },
+      [&](const DTensor&) {
+        return [x, dy, options](const DTensor& g) -> Grads {
+          Grads grads(2);
+          if (gradient_needed(0)) grads[0] = conv2d_backprop_input(x.shape(), g, dy, options);
+          if (gradient_needed(1)) grads[1] = conv2d(x, g, options);
+          return grads;
+        };
+      });
+}
+
+}  // namespace dtensor
