@@ -12,7 +12,7 @@ int64_t same_size(int64_t in, int64_t stride) { return (in + stride - 1) / strid
 }  // namespace
 
 Cifar10Cnn::Cifar10Cnn(const Mesh& mesh, const Shape& image_shape, int64_t classes, uint64_t seed)
-    : mesh_(mesh), image_shape_(image_shape) {
+    : image_shape_(image_shape) {
   const int64_t h = image_shape[0], w = image_shape[1], c = image_shape[2];
   // Two 3x3/2 SAME pools; the convolutions keep the size.
   const int64_t flat = same_size(same_size(h, 2), 2) * same_size(same_size(w, 2), 2) * 64;

@@ -43,7 +43,6 @@ class Cifar10Cnn {
   std::vector<DVariable> decayed_variables() const;
 
  private:
-  Mesh mesh_;
   Shape image_shape_;
   std::vector<DVariable> variables_;  // conv1 w, b, conv2 w, b, local3 w, b, local4 ..., softmax
 };
