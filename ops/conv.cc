@@ -79,9 +79,9 @@ ConvShapes conv_shapes(const char* op, const Shape& x_shape, const std::string& 
         groups, x_name, w_name);
   }
   if (w_shape[2] * groups != c) {
-    throw_error<ShapeError>(op,
-                            "x {} has {} channels but the filter {} takes {} per group x {} groups",
-                            x_name, c, w_name, w_shape[2], groups);
+    throw_error<ShapeError>(
+        op, "x {} has {} channels but the filter {} expects {} per group x {} groups = {}", x_name,
+        c, w_name, w_shape[2], groups, w_shape[2] * groups);
   }
   ConvShapes r;
   kernels::Conv2dParams& k = r.params;

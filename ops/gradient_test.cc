@@ -336,6 +336,10 @@ const std::vector<OpCase>& op_cases() {
                    one_input({3, 2, 3, 6}, 0.1, 2), [](const std::vector<DTensor>& v) {
                      return local_response_normalization(v[0], 2, 1.0, 0.1, 0.75);
                    }});
+      c.push_back({"local_response_normalization", "local_response_normalization beta 0.6", true,
+                   one_input({2, 2, 2, 5}, 0.1, 2), [](const std::vector<DTensor>& v) {
+                     return local_response_normalization(v[0], 1, 0.5, 0.3, 0.6);
+                   }});
       c.push_back({"bias_add", "bias_add", true, two_inputs({3, 2, 5}, {5}, 0.1, 2),
                    [](const std::vector<DTensor>& v) { return bias_add(v[0], v[1]); }});
       c.push_back({"flatten", "flatten", true, one_input({3, 2, 5}, 0.1, 2),

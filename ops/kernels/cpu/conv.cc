@@ -66,6 +66,18 @@ void check_dy(const char* op, const Tensor& dy, const ConvGeometry& g) {
   }
 }
 
+// Below this many flops a convolution runs on the calling thread alone: forking an OpenMP team
+// costs more than it saves, and its workers spin afterwards, taking cores from the pool threads
+// that run the other devices' kernels.
+constexpr double kMinParallelFlops = 4e6;
+
+Conv2dParams with_thread_budget(Conv2dParams p, const ConvGeometry& g) {
+  const double flops =
+      2.0 * static_cast<double>(g.n * g.oh * g.ow) * static_cast<double>(g.o * g.kh * g.kw * g.cpg);
+  if (flops < kMinParallelFlops) p.threads = 1;
+  return p;
+}
+
 Tensor as_f32(const Tensor& t) { return t.dtype() == DType::kBF16 ? internal::bf16_to_f32(t) : t; }
 Tensor like(const Tensor& r, DType dtype) {
   return dtype == DType::kBF16 ? internal::f32_to_bf16(r) : r;
@@ -82,7 +94,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Conv2dParams& p) {
   if (x.dtype() == DType::kF64) {
     internal::conv2d_direct<double, double>(x.data<double>(), w.data<double>(), y.data<double>(), g,
                                             p);
-  } else if (!internal::onednn_conv2d(x, w, y, g, p)) {
+  } else if (!internal::onednn_conv2d(x, w, y, g, with_thread_budget(p, g))) {
     internal::conv2d_direct<float, float>(x.data<float>(), w.data<float>(), y.data<float>(), g, p);
   }
   return like(y, x_in.dtype());
@@ -99,7 +111,7 @@ Tensor conv2d_backprop_input(const Shape& x_shape, const Tensor& w_in, const Ten
   if (w.dtype() == DType::kF64) {
     internal::conv2d_backprop_input_direct<double, double>(w.data<double>(), dy.data<double>(),
                                                            dx.data<double>(), g, p);
-  } else if (!internal::onednn_conv2d_backprop_input(w, dy, dx, g, p)) {
+  } else if (!internal::onednn_conv2d_backprop_input(w, dy, dx, g, with_thread_budget(p, g))) {
     internal::conv2d_backprop_input_direct<float, float>(w.data<float>(), dy.data<float>(),
                                                          dx.data<float>(), g, p);
   }
@@ -117,7 +129,7 @@ Tensor conv2d_backprop_filter(const Tensor& x_in, const Shape& w_shape, const Te
   if (x.dtype() == DType::kF64) {
     internal::conv2d_backprop_filter_direct<double, double>(x.data<double>(), dy.data<double>(),
                                                             dw.data<double>(), g, p);
-  } else if (!internal::onednn_conv2d_backprop_filter(x, dy, dw, g, p)) {
+  } else if (!internal::onednn_conv2d_backprop_filter(x, dy, dw, g, with_thread_budget(p, g))) {
     internal::conv2d_backprop_filter_direct<float, double>(x.data<float>(), dy.data<float>(),
                                                            dw.data<float>(), g, p);
   }

@@ -37,20 +37,46 @@ struct WindowSums {
   }
 };
 
+// d^-beta, without pow for the common exponents (the tutorial's 0.75, TF's default 0.5, 1):
+// pow costs more than the rest of the kernel together.
+template <typename T>
+void pow_neg_beta(const T* d, T* out, int64_t n, double beta) {
+  if (beta == 0.75) {
+    for (int64_t c = 0; c < n; ++c) {
+      const T r = T(1) / std::sqrt(d[c]);
+      out[c] = r * std::sqrt(r);
+    }
+  } else if (beta == 0.5) {
+    for (int64_t c = 0; c < n; ++c) out[c] = T(1) / std::sqrt(d[c]);
+  } else if (beta == 1.0) {
+    for (int64_t c = 0; c < n; ++c) out[c] = T(1) / d[c];
+  } else {
+    for (int64_t c = 0; c < n; ++c) out[c] = static_cast<T>(std::pow(d[c], -beta));
+  }
+}
+
+// d[c] = bias + alpha * (window sum of x^2) for one row; the prefix sums run in f64.
+template <typename T>
+void lrn_denominators(const T* x, T* d, int64_t n, const LrnParams& p, WindowSums& sq) {
+  for (int64_t c = 0; c < n; ++c) {
+    const double v = x[c];
+    sq.prefix[static_cast<size_t>(c + 1)] = sq.prefix[static_cast<size_t>(c)] + v * v;
+  }
+  for (int64_t c = 0; c < n; ++c) {
+    d[c] = static_cast<T>(p.bias + p.alpha * sq.window(c, p.depth_radius, n));
+  }
+}
+
 template <typename T>
 void lrn_typed(const T* x, T* y, int64_t rows, int64_t n, const LrnParams& p) {
   WindowSums sq{std::vector<double>(static_cast<size_t>(n + 1), 0.0)};
+  std::vector<T> d(static_cast<size_t>(n)), scale(static_cast<size_t>(n));
   for (int64_t row = 0; row < rows; ++row) {
     const T* xr = x + row * n;
     T* yr = y + row * n;
-    for (int64_t c = 0; c < n; ++c) {
-      const double v = xr[c];
-      sq.prefix[static_cast<size_t>(c + 1)] = sq.prefix[static_cast<size_t>(c)] + v * v;
-    }
-    for (int64_t c = 0; c < n; ++c) {
-      const double d = p.bias + p.alpha * sq.window(c, p.depth_radius, n);
-      yr[c] = static_cast<T>(xr[c] * std::pow(d, -p.beta));
-    }
+    lrn_denominators(xr, d.data(), n, p, sq);
+    pow_neg_beta(d.data(), scale.data(), n, p.beta);
+    for (int64_t c = 0; c < n; ++c) yr[c] = xr[c] * scale[static_cast<size_t>(c)];
   }
 }
 
@@ -58,24 +84,23 @@ template <typename T>
 void lrn_grad_typed(const T* x, const T* dy, T* dx, int64_t rows, int64_t n, const LrnParams& p) {
   WindowSums sq{std::vector<double>(static_cast<size_t>(n + 1), 0.0)};
   WindowSums t{std::vector<double>(static_cast<size_t>(n + 1), 0.0)};
-  std::vector<double> d(static_cast<size_t>(n));
+  std::vector<T> d(static_cast<size_t>(n)), scale(static_cast<size_t>(n));
+  const double k = 2 * p.alpha * p.beta;
   for (int64_t row = 0; row < rows; ++row) {
     const T* xr = x + row * n;
     const T* gr = dy + row * n;
     T* out = dx + row * n;
+    lrn_denominators(xr, d.data(), n, p, sq);
+    pow_neg_beta(d.data(), scale.data(), n, p.beta);
+    // d^(-beta-1) = d^-beta / d.
     for (int64_t c = 0; c < n; ++c) {
-      const double v = xr[c];
-      sq.prefix[static_cast<size_t>(c + 1)] = sq.prefix[static_cast<size_t>(c)] + v * v;
+      const size_t i = static_cast<size_t>(c);
+      const double term = static_cast<double>(gr[c]) * xr[c] * scale[i] / d[i];
+      t.prefix[i + 1] = t.prefix[i] + term;
     }
     for (int64_t c = 0; c < n; ++c) {
-      d[static_cast<size_t>(c)] = p.bias + p.alpha * sq.window(c, p.depth_radius, n);
-      const double term =
-          static_cast<double>(gr[c]) * xr[c] * std::pow(d[static_cast<size_t>(c)], -p.beta - 1);
-      t.prefix[static_cast<size_t>(c + 1)] = t.prefix[static_cast<size_t>(c)] + term;
-    }
-    for (int64_t c = 0; c < n; ++c) {
-      out[c] = static_cast<T>(gr[c] * std::pow(d[static_cast<size_t>(c)], -p.beta) -
-                              2 * p.alpha * p.beta * xr[c] * t.window(c, p.depth_radius, n));
+      out[c] = static_cast<T>(gr[c] * scale[static_cast<size_t>(c)] -
+                              k * xr[c] * t.window(c, p.depth_radius, n));
     }
   }
 }
