@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <dnnl.hpp>
+#include <functional>
 #include <optional>
 #include <string>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "bench/report.h"
 #include "cli/flags.h"
 #include "dtensor/creation.h"
+#include "ops/autograd.h"
 #include "ops/ops.h"
 
 namespace {
@@ -119,5 +121,33 @@ int main(int argc, char** argv) {
       bench::report("conv", fields("runtime", "forward_backward", devices), 3 * flops / all / 1e9,
                     "GFLOP/s");
     }
+  }
+  // The tutorial's pooling and normalisation on conv1's output: forward and backward, ms per call.
+  for (int64_t devices : {1, 8}) {
+    const Mesh mesh = Mesh::create({{"batch", devices}}, DeviceType::kCPU);
+    const Layout batch = Layout::batch_sharded(mesh, "batch", 4);
+    const DTensor x = random_uniform({128, 24, 24, 64}, batch, 4);
+    const Pool2dOptions pool{{3, 3}, {2, 2}, {Padding2d::kSame}};
+    auto ms = [&](const char* op, const std::function<DTensor()>& f) {
+      const double t = bench::median_seconds([&] { bench::do_not_optimize(f()); }, reps);
+      bench::report("conv",
+                    {{"layer", std::string(op)},
+                     {"path", std::string("runtime")},
+                     {"pass", std::string("forward_backward")},
+                     {"devices", devices}},
+                    t * 1e3, "ms");
+    };
+    auto with_gradient = [&](const std::function<DTensor(const DTensor&)>& op) {
+      return [&x, op] {
+        GradientTape tape;
+        tape.watch(x);
+        const DTensor y = op(x);
+        return tape.gradient(reduce_sum(y), {x})[0];
+      };
+    };
+    ms("max_pool2d", with_gradient([&](const DTensor& t) { return max_pool2d(t, pool); }));
+    ms("local_response_normalization", with_gradient([](const DTensor& t) {
+         return local_response_normalization(t, 4, 1.0, 0.001 / 9, 0.75);
+       }));
   }
 }

@@ -21,7 +21,7 @@ using namespace op_internal;  // NOLINT: the shared machinery of every family fi
 
 namespace {
 
-// Letters of the family.
+// Letters of the family (kH and kW are for a spatial plan that keeps H and W sharded).
 constexpr int kN = 0, kH = 1, kW = 2, kC = 3, kO = 4, kG = 5;
 
 // ---- Geometry ---------------------------------------------------------------------------------

@@ -560,7 +560,7 @@ TEST_CASE("conv expansions emit only the collectives the layouts force", "[local
     CHECK(y.layout() == layout({u, u, u, "batch"}));
     check_close(to_global(y), ref_conv2d(x, wg, grouped), "grouped");
   }
-  SECTION("pooling and lrn on batch or channel sharding: no collective") {
+  SECTION("pooling, lrn, bias_add and flatten on batch or channel sharding: no collective") {
     for (const Layout& l : {Layout::batch_sharded(mesh, "batch", 4), layout({u, u, u, "batch"})}) {
       const DTensor dx = distribute(x, l);
       reset_collective_stats();
@@ -575,6 +575,10 @@ TEST_CASE("conv expansions emit only the collectives the layouts force", "[local
     const DTensor y = local_response_normalization(dx, 4, 1.0, 0.001 / 9, 0.75);
     CHECK(collective_stats().total() == 0);
     CHECK(y.layout() == dx.layout());
+    const DTensor f =
+        flatten(bias_add(y, distribute(values({8}, rng), Layout::replicated(mesh, 1))));
+    CHECK(collective_stats().total() == 0);
+    CHECK(f.layout() == Layout::batch_sharded(mesh, "batch", 2));
   }
   SECTION("a spatially sharded x is gathered first and gives the one-device result") {
     const DTensor dx = distribute(x, layout({u, "batch", u, u}));

@@ -41,10 +41,16 @@ struct Entry {
   std::optional<dnnl::reorder> to_primitive, to_user;  // filter reorders, when layouts differ
 };
 
-using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                       int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+using Key =
+    std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+               int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+// The OpenMP threads a call runs with. oneDNN's jit kernels split their work for the thread count
+// current when the primitive is created, so it is part of the key and set before creation too.
+int threads_of(const Conv2dParams& p) { return p.threads > 0 ? p.threads : 1; }
+
 Key key_of(Direction d, const ConvGeometry& g, const Conv2dParams& p) {
   return {static_cast<int>(d),
+          threads_of(p),
           g.n,
           g.h,
           g.w,
@@ -147,6 +153,7 @@ std::shared_ptr<Entry> lookup(Direction d, const ConvGeometry& g, const Conv2dPa
     if (it != cache->end()) return it->second;
   }
   std::shared_ptr<Entry> entry;
+  omp_set_num_threads(threads_of(p));
   try {
     entry = create(d, g, p);
   } catch (const dnnl::error&) {
@@ -168,7 +175,7 @@ float* thread_buffer(int which, size_t bytes) {
 // way in or out as the entry says) and the activations in `args`.
 void execute(const Entry& entry, int weights_arg, float* filter,
              std::unordered_map<int, memory> args, int threads) {
-  if (threads > 0) omp_set_num_threads(threads);
+  omp_set_num_threads(threads);
   dnnl::engine& eng = cpu_engine();
   dnnl::stream stream(eng);
   memory user(entry.user_weights, eng, filter);
@@ -202,7 +209,7 @@ bool onednn_conv2d(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeomet
   if (!entry) return false;
   execute(*entry, DNNL_ARG_WEIGHTS, const_cast<float*>(w.data<float>()),
           {{DNNL_ARG_SRC, activation(g, false, x)}, {DNNL_ARG_DST, activation(g, true, y)}},
-          p.threads);
+          threads_of(p));
   return true;
 }
 
@@ -214,7 +221,7 @@ bool onednn_conv2d_backprop_input(const Tensor& w, const Tensor& dy, Tensor& dx,
   execute(
       *entry, DNNL_ARG_WEIGHTS, const_cast<float*>(w.data<float>()),
       {{DNNL_ARG_DIFF_DST, activation(g, true, dy)}, {DNNL_ARG_DIFF_SRC, activation(g, false, dx)}},
-      p.threads);
+      threads_of(p));
   return true;
 }
 
@@ -225,7 +232,7 @@ bool onednn_conv2d_backprop_filter(const Tensor& x, const Tensor& dy, Tensor& dw
   if (!entry) return false;
   execute(*entry, DNNL_ARG_DIFF_WEIGHTS, dw.data<float>(),
           {{DNNL_ARG_SRC, activation(g, false, x)}, {DNNL_ARG_DIFF_DST, activation(g, true, dy)}},
-          p.threads);
+          threads_of(p));
   return true;
 }
 

@@ -2,7 +2,7 @@
 // groups), created on first use and kept in a process-wide cache, so that later calls only
 // execute. Thread-safe: kernels run on pool threads for several devices at once; the cache is
 // guarded by a mutex held only to find or insert a primitive, and each call executes its own
-// stream with ConvParams::threads OpenMP threads (the thread budget of ops/expand.h).
+// stream with Conv2dParams::threads OpenMP threads (the thread budget of ops/expand.h).
 // Private to //ops/kernels.
 #pragma once
 

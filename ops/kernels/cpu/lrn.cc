@@ -1,8 +1,8 @@
 // Local response normalisation over the last dim and its gradient, per row of channels:
 //   d[c] = bias + alpha * sum_{|c' - c| <= r} x[c']^2,   y[c] = x[c] * d[c]^-beta
 //   dx[c] = dy[c] * d[c]^-beta - 2 alpha beta x[c] sum_{|c' - c| <= r} dy[c'] x[c'] d[c']^(-beta-1)
-// The window sums run over prefix sums in f64 (a row is a few dozen channels), so every element
-// costs O(1) whatever the radius. f32 and f64, bf16 through f32.
+// Computed in the element type (f32 sums of 2r + 1 squares), vectorized across the channels of
+// a row. f32 and f64, bf16 through f32.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -28,15 +28,6 @@ Tensor like(const Tensor& r, DType dtype) {
   return dtype == DType::kBF16 ? internal::f32_to_bf16(r) : r;
 }
 
-// prefix[i] = sum of v[0..i); window(c) = sum of v over [c - r, c + r] clipped to [0, n).
-struct WindowSums {
-  std::vector<double> prefix;
-  double window(int64_t c, int64_t r, int64_t n) const {
-    return prefix[static_cast<size_t>(std::min(c + r + 1, n))] -
-           prefix[static_cast<size_t>(std::max<int64_t>(c - r, 0))];
-  }
-};
-
 // d^-beta, without pow for the common exponents (the tutorial's 0.75, TF's default 0.5, 1):
 // pow costs more than the rest of the kernel together.
 template <typename T>
@@ -55,26 +46,43 @@ void pow_neg_beta(const T* d, T* out, int64_t n, double beta) {
   }
 }
 
-// d[c] = bias + alpha * (window sum of x^2) for one row; the prefix sums run in f64.
+// Window sums over one row of channels: the row is copied between r zeros on each side, so that
+// the sum over [c - r, c + r] is 2r + 1 shifted adds over the whole row (vectorized across c).
 template <typename T>
-void lrn_denominators(const T* x, T* d, int64_t n, const LrnParams& p, WindowSums& sq) {
-  for (int64_t c = 0; c < n; ++c) {
-    const double v = x[c];
-    sq.prefix[static_cast<size_t>(c + 1)] = sq.prefix[static_cast<size_t>(c)] + v * v;
+class WindowSum {
+ public:
+  WindowSum(int64_t n, int64_t r) : n_(n), r_(r), padded_(static_cast<size_t>(n + 2 * r), T(0)) {}
+  // out[c] = sum of v[c'] for |c' - c| <= r, v[c] = f(c).
+  template <typename F>
+  void operator()(F&& f, T* __restrict out) {
+    T* __restrict in = padded_.data() + r_;
+    for (int64_t c = 0; c < n_; ++c) in[c] = f(c);
+    std::fill(out, out + n_, T(0));
+    const T* __restrict base = padded_.data();
+    for (int64_t k = 0; k <= 2 * r_; ++k) {
+      for (int64_t c = 0; c < n_; ++c) out[c] += base[c + k];
+    }
   }
-  for (int64_t c = 0; c < n; ++c) {
-    d[c] = static_cast<T>(p.bias + p.alpha * sq.window(c, p.depth_radius, n));
-  }
-}
+
+ private:
+  int64_t n_, r_;
+  std::vector<T> padded_;
+};
+
+// The radius that matters for a row of n channels (a larger one sums the same channels).
+int64_t effective_radius(int64_t radius, int64_t n) { return std::min(radius, n); }
 
 template <typename T>
 void lrn_typed(const T* x, T* y, int64_t rows, int64_t n, const LrnParams& p) {
-  WindowSums sq{std::vector<double>(static_cast<size_t>(n + 1), 0.0)};
+  WindowSum<T> window(n, effective_radius(p.depth_radius, n));
   std::vector<T> d(static_cast<size_t>(n)), scale(static_cast<size_t>(n));
+  const T bias = static_cast<T>(p.bias), alpha = static_cast<T>(p.alpha);
   for (int64_t row = 0; row < rows; ++row) {
-    const T* xr = x + row * n;
-    T* yr = y + row * n;
-    lrn_denominators(xr, d.data(), n, p, sq);
+    const T* __restrict xr = x + row * n;
+    T* __restrict yr = y + row * n;
+    window([&](int64_t c) { return xr[c] * xr[c]; }, d.data());
+    for (int64_t c = 0; c < n; ++c)
+      d[static_cast<size_t>(c)] = bias + alpha * d[static_cast<size_t>(c)];
     pow_neg_beta(d.data(), scale.data(), n, p.beta);
     for (int64_t c = 0; c < n; ++c) yr[c] = xr[c] * scale[static_cast<size_t>(c)];
   }
@@ -82,26 +90,24 @@ void lrn_typed(const T* x, T* y, int64_t rows, int64_t n, const LrnParams& p) {
 
 template <typename T>
 void lrn_grad_typed(const T* x, const T* dy, T* dx, int64_t rows, int64_t n, const LrnParams& p) {
-  WindowSums sq{std::vector<double>(static_cast<size_t>(n + 1), 0.0)};
-  WindowSums t{std::vector<double>(static_cast<size_t>(n + 1), 0.0)};
-  std::vector<T> d(static_cast<size_t>(n)), scale(static_cast<size_t>(n));
-  const double k = 2 * p.alpha * p.beta;
+  WindowSum<T> window(n, effective_radius(p.depth_radius, n));
+  std::vector<T> d(static_cast<size_t>(n)), scale(static_cast<size_t>(n)),
+      t(static_cast<size_t>(n));
+  const T bias = static_cast<T>(p.bias), alpha = static_cast<T>(p.alpha);
+  const T k = static_cast<T>(2 * p.alpha * p.beta);
   for (int64_t row = 0; row < rows; ++row) {
-    const T* xr = x + row * n;
-    const T* gr = dy + row * n;
-    T* out = dx + row * n;
-    lrn_denominators(xr, d.data(), n, p, sq);
+    const T* __restrict xr = x + row * n;
+    const T* __restrict gr = dy + row * n;
+    T* __restrict out = dx + row * n;
+    window([&](int64_t c) { return xr[c] * xr[c]; }, d.data());
+    for (int64_t c = 0; c < n; ++c)
+      d[static_cast<size_t>(c)] = bias + alpha * d[static_cast<size_t>(c)];
     pow_neg_beta(d.data(), scale.data(), n, p.beta);
     // d^(-beta-1) = d^-beta / d.
-    for (int64_t c = 0; c < n; ++c) {
-      const size_t i = static_cast<size_t>(c);
-      const double term = static_cast<double>(gr[c]) * xr[c] * scale[i] / d[i];
-      t.prefix[i + 1] = t.prefix[i] + term;
-    }
-    for (int64_t c = 0; c < n; ++c) {
-      out[c] = static_cast<T>(gr[c] * scale[static_cast<size_t>(c)] -
-                              k * xr[c] * t.window(c, p.depth_radius, n));
-    }
+    const T* __restrict sc = scale.data();
+    const T* __restrict dd = d.data();
+    window([&](int64_t c) { return gr[c] * xr[c] * sc[c] / dd[c]; }, t.data());
+    for (int64_t c = 0; c < n; ++c) out[c] = gr[c] * sc[c] - k * xr[c] * t[static_cast<size_t>(c)];
   }
 }
 

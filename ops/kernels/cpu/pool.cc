@@ -89,27 +89,38 @@ void max_pool_typed(const T* x, T* y, const PoolGeometry& g, const Pool2dParams&
   });
 }
 
-// dy goes to the first position of each window holding its maximum (the first NaN if any).
+// dy goes to the first position of each window holding its maximum (the first NaN if any): the
+// window's maximum is recomputed, then its positions are scanned in order with a per-channel
+// "taken" flag, branch-free so that the channel loop vectorizes.
 template <typename T>
 void max_pool_grad_typed(const T* x, const T* dy, T* dx, const PoolGeometry& g,
                          const Pool2dParams& p) {
-  std::vector<T> best(static_cast<size_t>(g.c));
-  std::vector<int64_t> at(static_cast<size_t>(g.c));
+  std::vector<T> best(static_cast<size_t>(g.c)), taken(static_cast<size_t>(g.c));
   for_each_output(g, p, [&](int64_t b, int64_t oh, int64_t ow, const Window& win) {
-    std::fill(best.begin(), best.end(), -std::numeric_limits<T>::infinity());
-    std::fill(at.begin(), at.end(), -1);
+    T* __restrict m = best.data();
+    T* __restrict done = taken.data();
+    std::fill(m, m + g.c, -std::numeric_limits<T>::infinity());
+    std::fill(done, done + g.c, T(0));
+    for (int64_t ih = win.h0; ih < win.h1; ++ih) {
+      for (int64_t iw = win.w0; iw < win.w1; ++iw) {
+        const T* __restrict xp = x + ((b * g.h + ih) * g.w + iw) * g.c;
+        for (int64_t c = 0; c < g.c; ++c) m[c] = internal::max_nan(m[c], xp[c]);
+      }
+    }
+    const T* __restrict dyp = dy + ((b * g.oh + oh) * g.ow + ow) * g.c;
     for (int64_t ih = win.h0; ih < win.h1; ++ih) {
       for (int64_t iw = win.w0; iw < win.w1; ++iw) {
         const int64_t base = ((b * g.h + ih) * g.w + iw) * g.c;
+        const T* __restrict xp = x + base;
+        T* __restrict dxp = dx + base;
         for (int64_t c = 0; c < g.c; ++c) {
-          const T v = x[base + c];
-          const bool better = at[c] < 0 || (best[c] == best[c] && (v > best[c] || v != v));
-          if (better) best[c] = v, at[c] = base + c;
+          const bool is_max = xp[c] == m[c] || (xp[c] != xp[c] && m[c] != m[c]);
+          const T hit = (is_max && done[c] == T(0)) ? T(1) : T(0);
+          dxp[c] += hit * dyp[c];
+          done[c] += hit;
         }
       }
     }
-    const T* dyp = dy + ((b * g.oh + oh) * g.ow + ow) * g.c;
-    for (int64_t c = 0; c < g.c; ++c) dx[at[c]] += dyp[c];
   });
 }
 
