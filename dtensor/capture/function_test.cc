@@ -281,3 +281,65 @@ TEST_CASE("a replay whose values call for another layout decision than the trace
               "step eagerly"));
   CHECK(product.trace_count() == 1);
 }
+
+TEST_CASE("signatures are cached up to a bound; eager mode and nested functions do not trace") {
+  const Mesh mesh = test_mesh({{"batch", 8}});
+  auto body = [](const std::vector<DTensor>& a) {
+    return std::vector<DTensor>{relu(scale(a[0], 2.0))};
+  };
+  FunctionOptions two;
+  two.max_signatures = 2;
+  Function f = function(body, two);
+  auto arg = [&](int64_t n) {
+    return random_uniform({n}, Layout::batch_sharded(mesh, "batch", 1), 5, -1, 1);
+  };
+  for (int64_t n : {8, 16, 8, 24, 8, 16}) {
+    DTensor x = arg(n);
+    CHECK(same_bits(f({x})[0], body({x})[0]));
+  }
+  // 8, 16 trace; 8 replays; 24 traces (16 goes); 8 replays; 16 traces again.
+  CHECK(f.trace_count() == 4);
+  CHECK(f.replay_count() == 2);
+  CHECK(f.program_string({arg(8)}) == "run_local, run_local");
+  CHECK(f.program_string({arg(32)}).empty());
+  // A layout is part of the signature, too.
+  DTensor replicated = random_uniform({8}, Layout::replicated(mesh, 1), 5, -1, 1);
+  CHECK(same_bits(f({replicated})[0], body({replicated})[0]));
+  CHECK(f.trace_count() == 5);
+
+  FunctionOptions eager;
+  eager.eager = true;
+  Function e = function(body, eager);
+  CHECK(same_bits(e({arg(8)})[0], body({arg(8)})[0]));
+  CHECK(e.trace_count() == 0);
+
+  // A function called while another traces runs inline: it becomes part of the outer program.
+  Function inner = function(body);
+  Function outer = function([&](const std::vector<DTensor>& a) { return inner({exp(a[0])}); });
+  for (int i = 0; i < 2; ++i) {
+    DTensor x = arg(8);
+    CHECK(same_bits(outer({x})[0], body({exp(x)})[0]));
+  }
+  CHECK(inner.trace_count() == 0);
+  CHECK(outer.trace_count() == 1);
+  CHECK(outer.program_string({arg(8)}) == "run_local, run_local, run_local");
+}
+
+TEST_CASE("the captured MLP step replays calls, not ops: no tape, one apply") {
+  const Mesh mesh = test_mesh({{"batch", 8}});
+  examples::Mlp model(mesh, {784, 64, 32, 10}, 3);
+  Adam opt(1e-3);
+  Function step = function([&](const std::vector<DTensor>& args) {
+    return std::vector<DTensor>{train_step(model, opt, args[0], args[1])};
+  });
+  Batch b = make_batch(model, 32, 9);
+  step({b.images, b.labels});
+  const std::string program = step.program_string({b.images, b.labels});
+  INFO(program);
+  // Six variable reads for the forward pass and six more where the tape looks the variables up,
+  // the gradients' all-reduces as relayouts, and the update as one call.
+  CHECK(program.rfind("DVariable::value, ", 0) == 0);
+  CHECK(program.find("Optimizer::apply") ==
+        program.size() - std::string("Optimizer::apply").size());
+  CHECK(program.find("relayout") != std::string::npos);
+}

@@ -56,6 +56,17 @@ const DTensor& Program::value_for(const Call& call, size_t k, std::optional<DTen
 
 std::vector<DTensor> Program::replay(const std::vector<DTensor>& arguments) {
   DTENSOR_CHECK(static_cast<int>(arguments.size()) == num_arguments_);
+  try {
+    return run(arguments);
+  } catch (...) {
+    // A call that threw (a replay-time check) leaves no values behind for the next replay.
+    for (Slot& slot : slots_) slot = Slot();
+    for (std::optional<DTensor>& s : scratch_) s.reset();
+    throw;
+  }
+}
+
+std::vector<DTensor> Program::run(const std::vector<DTensor>& arguments) {
   for (size_t s = 0; s < trace_slots_.size(); ++s) {
     if (constant_[s]) slots_[s] = trace_slots_[s];
   }

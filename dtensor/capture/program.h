@@ -76,6 +76,7 @@ class Program {
 
  private:
   const DTensor& value_for(const Call& call, size_t k, std::optional<DTensor>& scratch);
+  std::vector<DTensor> run(const std::vector<DTensor>& arguments);
 
   std::vector<Call> calls_;
   std::vector<Slot> trace_slots_;  // while tracing: every value; after finish: constants only
