@@ -282,6 +282,39 @@ TEST_CASE("a replay whose values call for another layout decision than the trace
   CHECK(product.trace_count() == 1);
 }
 
+TEST_CASE("a replay checks its labels: an out-of-range label throws eager's error", "[local]") {
+  // Regression: the range check ran on the host while tracing only, so a replay read x[label]
+  // out of bounds. Both the fused kernel (classes whole) and the class-sharded path are covered.
+  const Mesh mesh = test_mesh({{"batch", 2}, {"model", 4}});
+  for (const Layout& ll :
+       {Layout::batch_sharded(mesh, "batch", 2), Layout({"batch", "model"}, mesh)}) {
+    const Layout lb = Layout::batch_sharded(mesh, "batch", 1);
+    DTensor logits = random_uniform({4, 8}, ll, 6, -1, 1);
+    auto labels_with = [&](int32_t bad) {
+      Tensor t = Tensor::empty({4}, DType::kI32);
+      for (int32_t i = 0; i < 4; ++i) t.data<int32_t>()[i] = i;
+      t.data<int32_t>()[3] = bad;
+      return distribute(t, lb);
+    };
+    Function loss = function([](const std::vector<DTensor>& a) {
+      return std::vector<DTensor>{reduce_mean(sparse_softmax_cross_entropy(a[0], a[1]))};
+    });
+    DTensor good = labels_with(7);
+    INFO(logits.short_string());
+    CHECK(same_bits(loss({logits, good})[0],
+                    reduce_mean(sparse_softmax_cross_entropy(logits, good))));
+    for (int32_t bad : {8, 1000000, -1}) {
+      CHECK_THROWS_MATCHES(loss({logits, labels_with(bad)}), InvalidArgumentError,
+                           Message("[sparse_softmax_cross_entropy] label " + std::to_string(bad) +
+                                   " at position [3] is outside [0, 8)"));
+    }
+    // The failed replays left nothing behind.
+    CHECK(same_bits(loss({logits, good})[0],
+                    reduce_mean(sparse_softmax_cross_entropy(logits, good))));
+    CHECK(loss.trace_count() == 1);
+  }
+}
+
 TEST_CASE("signatures are cached up to a bound; eager mode and nested functions do not trace") {
   const Mesh mesh = test_mesh({{"batch", 8}});
   auto body = [](const std::vector<DTensor>& a) {
