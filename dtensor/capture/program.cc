@@ -44,6 +44,11 @@ void Program::finish(int num_arguments, std::vector<int> outputs,
   for (const Call& call : calls_) most_inputs = std::max(most_inputs, call.inputs.size());
   scratch_.assign(most_inputs, std::nullopt);
   inputs_.reserve(most_inputs);
+  if (ReplayProfile::enabled_by_environment()) {
+    std::vector<std::string> labels;
+    for (const Call& call : calls_) labels.push_back(call.label.empty() ? call.op : call.label);
+    profile_.start(labels);
+  }
 }
 
 const DTensor& Program::value_for(const Call& call, size_t k, std::optional<DTensor>& scratch) {
@@ -71,26 +76,15 @@ std::vector<DTensor> Program::run(const std::vector<DTensor>& arguments) {
     if (constant_[s]) slots_[s] = trace_slots_[s];
   }
   for (int a = 0; a < num_arguments_; ++a) slots_[static_cast<size_t>(a)].value = arguments[a];
-  for (const Call& call : calls_) {
-    if (call.kind == CallKind::kShards) {
-      static const std::vector<Tensor> kNone;
-      const std::vector<Tensor>& in =
-          call.inputs.empty() ? kNone : slots_[static_cast<size_t>(call.inputs[0])].shards_of();
-      std::vector<Tensor> out = call.shard_fn(in);
-      if (call.output >= 0) slots_[static_cast<size_t>(call.output)].shards = std::move(out);
-    } else {
-      inputs_.clear();
-      for (size_t k = 0; k < call.inputs.size(); ++k) {
-        inputs_.push_back(&value_for(call, k, scratch_[k]));
-      }
-      if (call.kind == CallKind::kValue) {
-        slots_[static_cast<size_t>(call.output)].value = call.value_fn(inputs_);
-      } else {
-        call.effect_fn(inputs_);
-      }
-      for (size_t k = 0; k < call.inputs.size(); ++k) scratch_[k].reset();
+  if (profile_.on()) {
+    for (size_t c = 0; c < calls_.size(); ++c) {
+      const ReplayProfile::Clock::time_point start = ReplayProfile::Clock::now();
+      run_call(calls_[c]);
+      profile_.add(c, std::chrono::duration<double>(ReplayProfile::Clock::now() - start).count());
     }
-    for (int s : call.release) slots_[static_cast<size_t>(s)] = Slot();
+    profile_.end_replay();
+  } else {
+    for (const Call& call : calls_) run_call(call);
   }
   std::vector<DTensor> out;
   out.reserve(outputs_.size());
@@ -104,6 +98,28 @@ std::vector<DTensor> Program::run(const std::vector<DTensor>& arguments) {
   }
   for (Slot& slot : slots_) slot = Slot();
   return out;
+}
+
+void Program::run_call(const Call& call) {
+  if (call.kind == CallKind::kShards) {
+    static const std::vector<Tensor> kNone;
+    const std::vector<Tensor>& in =
+        call.inputs.empty() ? kNone : slots_[static_cast<size_t>(call.inputs[0])].shards_of();
+    std::vector<Tensor> out = call.shard_fn(in);
+    if (call.output >= 0) slots_[static_cast<size_t>(call.output)].shards = std::move(out);
+  } else {
+    inputs_.clear();
+    for (size_t k = 0; k < call.inputs.size(); ++k) {
+      inputs_.push_back(&value_for(call, k, scratch_[k]));
+    }
+    if (call.kind == CallKind::kValue) {
+      slots_[static_cast<size_t>(call.output)].value = call.value_fn(inputs_);
+    } else {
+      call.effect_fn(inputs_);
+    }
+    for (size_t k = 0; k < call.inputs.size(); ++k) scratch_[k].reset();
+  }
+  for (int s : call.release) slots_[static_cast<size_t>(s)] = Slot();
 }
 
 std::string Program::to_string() const {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "dtensor/capture/replay_profile.h"
 #include "dtensor/dtensor.h"
 #include "dtensor/trace_hook.h"
 
@@ -49,6 +50,8 @@ class Program {
     TraceHook::ValueFn value_fn;
     TraceHook::EffectFn effect_fn;
     CaptureHook::ShardFn shard_fn;
+    // The kind of call for the replay profile: the op and the value it made.
+    std::string label;
   };
 
   // A slot's value: a DTensor, or the bare shards a collective returned.
@@ -77,6 +80,7 @@ class Program {
  private:
   const DTensor& value_for(const Call& call, size_t k, std::optional<DTensor>& scratch);
   std::vector<DTensor> run(const std::vector<DTensor>& arguments);
+  void run_call(const Call& call);
 
   std::vector<Call> calls_;
   std::vector<Slot> trace_slots_;  // while tracing: every value; after finish: constants only
@@ -87,6 +91,7 @@ class Program {
   std::vector<Slot> slots_;                      // during a replay
   std::vector<std::optional<DTensor>> scratch_;  // re-wrapped inputs of the current call
   std::vector<const DTensor*> inputs_;           // input pointers of the current call
+  ReplayProfile profile_;                        // DTENSOR_CAPTURE_PROFILE=1
 };
 
 }  // namespace dtensor::capture

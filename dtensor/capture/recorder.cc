@@ -103,7 +103,7 @@ int Recorder::add_result(Program::Slot slot, const std::vector<Tensor>& shards) 
 }
 
 DTensor Recorder::call(const char* op, const Inputs& inputs, ValueFn run) {
-  Program::Call call{Program::CallKind::kValue, op, {}, {}, -1, {}, {}, {}, {}};
+  Program::Call call{Program::CallKind::kValue, op, {}, {}, -1, {}, {}, {}, {}, {}};
   resolve(inputs, op, call);
   std::optional<DTensor> out;
   {
@@ -111,13 +111,14 @@ DTensor Recorder::call(const char* op, const Inputs& inputs, ValueFn run) {
     out = run(inputs);
   }
   call.output = add_result({out, {}}, out->shards());
+  call.label = std::string(op) + " " + out->short_string();
   call.value_fn = std::move(run);
   program_->add_call(std::move(call));
   return *out;
 }
 
 void Recorder::effect(const char* op, const Inputs& inputs, EffectFn run) {
-  Program::Call call{Program::CallKind::kEffect, op, {}, {}, -1, {}, {}, {}, {}};
+  Program::Call call{Program::CallKind::kEffect, op, {}, {}, -1, {}, {}, {}, {}, {}};
   resolve(inputs, op, call);
   {
     Pause pause;
@@ -129,7 +130,7 @@ void Recorder::effect(const char* op, const Inputs& inputs, EffectFn run) {
 
 std::vector<Tensor> Recorder::shard_call(const char* op, const std::vector<Tensor>& shards,
                                          ShardFn run) {
-  Program::Call call{Program::CallKind::kShards, op, {}, {}, -1, {}, {}, {}, {}};
+  Program::Call call{Program::CallKind::kShards, op, {}, {}, -1, {}, {}, {}, {}, {}};
   if (!shards.empty()) call.inputs.push_back(slot_of_shards(shards));
   call.rewrap.emplace_back(std::nullopt);
   std::vector<Tensor> out;
@@ -138,6 +139,10 @@ std::vector<Tensor> Recorder::shard_call(const char* op, const std::vector<Tenso
     out = run(shards);
   }
   if (!out.empty()) call.output = add_result({std::nullopt, out}, out);
+  call.label =
+      std::string(op) + (out.empty() ? ""
+                                     : " " + std::to_string(out.size()) + " shards, the first " +
+                                           shape_to_string(out[0].shape()));
   call.shard_fn = std::move(run);
   program_->add_call(std::move(call));
   return out;
