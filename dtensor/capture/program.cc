@@ -39,6 +39,19 @@ void Program::finish(int num_arguments, std::vector<int> outputs,
       call.release.push_back(call.output);
     }
   }
+  instrs_.clear();
+  instr_slots_.clear();
+  for (const Call& call : calls_) {
+    Instr in{call.kind, false, call.output, 0, 0, 0, 0};
+    in.first_input = static_cast<uint32_t>(instr_slots_.size());
+    in.num_inputs = static_cast<uint32_t>(call.inputs.size());
+    instr_slots_.insert(instr_slots_.end(), call.inputs.begin(), call.inputs.end());
+    for (const std::optional<ValueMeta>& meta : call.rewrap) in.rewraps = in.rewraps || meta;
+    in.first_release = static_cast<uint32_t>(instr_slots_.size());
+    in.num_release = static_cast<uint32_t>(call.release.size());
+    instr_slots_.insert(instr_slots_.end(), call.release.begin(), call.release.end());
+    instrs_.push_back(in);
+  }
   slots_.assign(n, Slot());
   size_t most_inputs = 0;
   for (const Call& call : calls_) most_inputs = std::max(most_inputs, call.inputs.size());
@@ -79,12 +92,12 @@ std::vector<DTensor> Program::run(const std::vector<DTensor>& arguments) {
   if (profile_.on()) {
     for (size_t c = 0; c < calls_.size(); ++c) {
       const ReplayProfile::Clock::time_point start = ReplayProfile::Clock::now();
-      run_call(calls_[c]);
+      run_call(c);
       profile_.add(c, std::chrono::duration<double>(ReplayProfile::Clock::now() - start).count());
     }
     profile_.end_replay();
   } else {
-    for (const Call& call : calls_) run_call(call);
+    for (size_t c = 0; c < instrs_.size(); ++c) run_call(c);
   }
   std::vector<DTensor> out;
   out.reserve(outputs_.size());
@@ -100,26 +113,37 @@ std::vector<DTensor> Program::run(const std::vector<DTensor>& arguments) {
   return out;
 }
 
-void Program::run_call(const Call& call) {
-  if (call.kind == CallKind::kShards) {
+void Program::run_call(size_t c) {
+  const Instr& in = instrs_[c];
+  const int* inputs = instr_slots_.data() + in.first_input;
+  if (in.kind == CallKind::kShards) {
     static const std::vector<Tensor> kNone;
-    const std::vector<Tensor>& in =
-        call.inputs.empty() ? kNone : slots_[static_cast<size_t>(call.inputs[0])].shards_of();
-    std::vector<Tensor> out = call.shard_fn(in);
-    if (call.output >= 0) slots_[static_cast<size_t>(call.output)].shards = std::move(out);
+    const std::vector<Tensor>& shards =
+        in.num_inputs == 0 ? kNone : slots_[static_cast<size_t>(inputs[0])].shards_of();
+    std::vector<Tensor> out = calls_[c].shard_fn(shards);
+    if (in.output >= 0) slots_[static_cast<size_t>(in.output)].shards = std::move(out);
   } else {
     inputs_.clear();
-    for (size_t k = 0; k < call.inputs.size(); ++k) {
-      inputs_.push_back(&value_for(call, k, scratch_[k]));
-    }
-    if (call.kind == CallKind::kValue) {
-      slots_[static_cast<size_t>(call.output)].value = call.value_fn(inputs_);
+    if (in.rewraps) {
+      for (size_t k = 0; k < in.num_inputs; ++k) {
+        inputs_.push_back(&value_for(calls_[c], k, scratch_[k]));
+      }
     } else {
-      call.effect_fn(inputs_);
+      for (size_t k = 0; k < in.num_inputs; ++k) {
+        inputs_.push_back(&*slots_[static_cast<size_t>(inputs[k])].value);
+      }
     }
-    for (size_t k = 0; k < call.inputs.size(); ++k) scratch_[k].reset();
+    if (in.kind == CallKind::kValue) {
+      slots_[static_cast<size_t>(in.output)].value = calls_[c].value_fn(inputs_);
+    } else {
+      calls_[c].effect_fn(inputs_);
+    }
+    if (in.rewraps) {
+      for (size_t k = 0; k < in.num_inputs; ++k) scratch_[k].reset();
+    }
   }
-  for (int s : call.release) slots_[static_cast<size_t>(s)] = Slot();
+  const int* release = instr_slots_.data() + in.first_release;
+  for (size_t r = 0; r < in.num_release; ++r) slots_[static_cast<size_t>(release[r])] = Slot();
 }
 
 std::string Program::to_string() const {

@@ -80,9 +80,24 @@ class Program {
  private:
   const DTensor& value_for(const Call& call, size_t k, std::optional<DTensor>& scratch);
   std::vector<DTensor> run(const std::vector<DTensor>& arguments);
-  void run_call(const Call& call);
+  void run_call(size_t c);
+
+  // The part of a call a replay reads on every step, packed: the calls themselves are large
+  // (closures, names) and their slot lists live on the heap, so a long program walked through
+  // them misses the cache several times per call.
+  struct Instr {
+    CallKind kind;
+    bool rewraps;          // some input is re-wrapped (value_for); else slots are read directly
+    int32_t output;        // slot, or -1
+    uint32_t first_input;  // into instr_slots_
+    uint32_t num_inputs;
+    uint32_t first_release;  // into instr_slots_
+    uint32_t num_release;
+  };
 
   std::vector<Call> calls_;
+  std::vector<Instr> instrs_;      // one per call, after finish()
+  std::vector<int> instr_slots_;   // the inputs and releases of every Instr
   std::vector<Slot> trace_slots_;  // while tracing: every value; after finish: constants only
   std::vector<bool> constant_;
   std::vector<int> outputs_;
