@@ -308,6 +308,7 @@ TEST_CASE("a replay checks its labels: an out-of-range label throws eager's erro
                            Message("[sparse_softmax_cross_entropy] label " + std::to_string(bad) +
                                    " at position [3] is outside [0, 8)"));
     }
+    CHECK(loss.program_string({logits, good}).rfind("label_check, ", 0) == 0);
     // The failed replays left nothing behind.
     CHECK(same_bits(loss({logits, good})[0],
                     reduce_mean(sparse_softmax_cross_entropy(logits, good))));
