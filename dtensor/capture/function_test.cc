@@ -316,6 +316,30 @@ TEST_CASE("a replay checks its labels: an out-of-range label throws eager's erro
   }
 }
 
+TEST_CASE("a replay checks gather indices in the kernel, with eager's error", "[local]") {
+  const Mesh mesh = test_mesh({{"batch", 2}});
+  DTensor params = random_uniform({5, 3}, Layout::replicated(mesh, 2), 8, -1, 1);
+  auto indices = [&](int32_t last) {
+    Tensor t = Tensor::empty({4}, DType::kI32);
+    for (int32_t i = 0; i < 4; ++i) t.data<int32_t>()[i] = i;
+    t.data<int32_t>()[3] = last;
+    return distribute(t, Layout::batch_sharded(mesh, "batch", 1));
+  };
+  Function g = function(
+      [](const std::vector<DTensor>& a) { return std::vector<DTensor>{gather(a[0], a[1], 0)}; });
+  DTensor good = indices(4);
+  CHECK(same_bits(g({params, good})[0], gather(params, good, 0)));
+  for (int32_t bad : {5, -3}) {
+    DTensor wrong = indices(bad);
+    const std::string message = "[gather] index " + std::to_string(bad) +
+                                " at position [1] is outside [0, 5)";  // within its shard
+    CHECK_THROWS_MATCHES(gather(params, wrong, 0), InvalidArgumentError, Message(message));
+    CHECK_THROWS_MATCHES(g({params, wrong}), InvalidArgumentError, Message(message));
+  }
+  CHECK(same_bits(g({params, good})[0], gather(params, good, 0)));
+  CHECK(g.trace_count() == 1);
+}
+
 TEST_CASE("signatures are cached up to a bound; eager mode and nested functions do not trace") {
   const Mesh mesh = test_mesh({{"batch", 8}});
   auto body = [](const std::vector<DTensor>& a) {
