@@ -1,8 +1,10 @@
 // Per-op overhead of the SPMD layer: a chain of 10,000 tiny elementwise ops on an 8-device mesh
-// with the sharding and relayout caches warm, next to the same chain of local kernels on one
-// tensor (the arithmetic alone).
+// with the sharding and relayout caches warm, run eagerly and as a captured step
+// (dtensor::function: traced once, then replayed without dispatch), next to the same chain of
+// local kernels on one tensor (the arithmetic alone).
 #include "bench/report.h"
 #include "cli/flags.h"
+#include "dtensor/capture/function.h"
 #include "ops/kernels/kernels.h"
 #include "ops/ops.h"
 
@@ -26,8 +28,24 @@ int main(int argc, char** argv) {
         },
         9);
     bench::report("op_dispatch",
-                  {{"layout", std::string(name)}, {"devices", int64_t{8}}, {"ops", int64_t{kOps}}},
+                  {{"layout", std::string(name)},
+                   {"mode", std::string("eager")},
+                   {"devices", int64_t{8}},
+                   {"ops", int64_t{kOps}}},
                   t / kOps * 1e6, "us/op");
+    Function chain = function([](const std::vector<DTensor>& a) {
+      DTensor y = a[0];
+      for (int i = 0; i < kOps; ++i) y = (i % 2 == 0) ? add(y, a[0]) : relu(y);
+      return std::vector<DTensor>{y};
+    });
+    chain({x});  // traces
+    double replay = bench::median_seconds([&] { bench::do_not_optimize(chain({x})); }, 9);
+    bench::report("op_dispatch",
+                  {{"layout", std::string(name)},
+                   {"mode", std::string("captured")},
+                   {"devices", int64_t{8}},
+                   {"ops", int64_t{kOps}}},
+                  replay / kOps * 1e6, "us/op");
   }
   Tensor local = Tensor::zeros({1, 4}, DType::kF32);
   double t = bench::median_seconds(
@@ -42,6 +60,7 @@ int main(int argc, char** argv) {
       9);
   bench::report("op_dispatch",
                 {{"layout", std::string("local_kernel_only")},
+                 {"mode", std::string("kernel")},
                  {"devices", int64_t{1}},
                  {"ops", int64_t{kOps}}},
                 t / kOps * 1e6, "us/op");

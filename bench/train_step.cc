@@ -1,9 +1,11 @@
 // Median training-step time (forward, backward, Adam) of the seed MLP (784-700-500-10) at global
-// batch 128, for the meshes batch=1, batch=8 and batch=2,model=4; then the same step written by
-// hand against OpenBLAS ("mesh":"plain", bench/plain_mlp.h), the floor the machine gives that
-// arithmetic. The setups take turns, a few steps each per round with the last one timed (its
-// weights warm in cache, as in a training loop), so that a machine whose speed drifts moves all
-// of them alike and their ratios hold.
+// batch 128, for the meshes batch=1, batch=8 and batch=2,model=4, each run eagerly and as a
+// captured step (dtensor::function: traced once, replayed); then the same step written by hand
+// against OpenBLAS ("mesh":"plain", bench/plain_mlp.h), the floor the machine gives that
+// arithmetic. Then the peak memory of one step of each setup ("train_step_memory": the peak
+// resident set over the resting one, the buffer pool emptied first). The setups take turns, a few
+// steps each per round with the last one timed (its weights warm in cache, as in a training loop),
+// so that a machine whose speed drifts moves all of them alike and their ratios hold.
 #include <algorithm>
 #include <chrono>
 #include <functional>
@@ -12,14 +14,18 @@
 #include <random>
 #include <string>
 
+#include <fstream>
+
 #include "bench/plain_mlp.h"
 #include "bench/report.h"
 #include "cli/flags.h"
+#include "dtensor/capture/function.h"
 #include "dtensor/creation.h"
 #include "dtensor/optim/optimizers.h"
 #include "examples/mnist/model.h"
 #include "ops/autograd.h"
 #include "ops/ops.h"
+#include "runtime/buffer_pool.h"
 
 namespace {
 
@@ -33,13 +39,17 @@ struct RuntimeStep {
         vars(model.variables()),
         optimizer(1e-3),
         x(random_uniform({128, 784}, model.batch_layout(2), 1)),
-        labels(cast(scale(random_uniform({128}, model.batch_layout(1), 2), 9.99), DType::kI32)) {}
+        labels(cast(scale(random_uniform({128}, model.batch_layout(1), 2), 9.99), DType::kI32)),
+        captured(function([this](const std::vector<DTensor>& args) {
+          return std::vector<DTensor>{loss_and_update(args[0], args[1])};
+        })) {}
 
-  void operator()() {
+  DTensor loss_and_update(const DTensor& images, const DTensor& y) {
     GradientTape tape;
     for (const DVariable& v : vars) tape.watch(v);
-    DTensor loss = reduce_mean(sparse_softmax_cross_entropy(model(x), labels));
+    DTensor loss = reduce_mean(sparse_softmax_cross_entropy(model(images), y));
     optimizer.apply(vars, tape.gradient(loss, vars));
+    return loss;
   }
 
   Mesh mesh;
@@ -47,7 +57,28 @@ struct RuntimeStep {
   std::vector<DVariable> vars;
   Adam optimizer;
   DTensor x, labels;
+  Function captured;
 };
+
+// "VmRSS" or "VmHWM" of this process, in bytes (0 where /proc is missing).
+double proc_status_bytes(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) * 1024;
+  }
+  return 0;
+}
+
+// Peak resident bytes of one call of `step` over the resting set, with the buffer pool emptied
+// first so that the step's buffers count (the kernel resets the peak on "5" to clear_refs).
+double step_peak_bytes(const std::function<void()>& step) {
+  BufferPool::global().trim();
+  std::ofstream("/proc/self/clear_refs") << "5";
+  const double resting = proc_status_bytes("VmRSS");
+  step();
+  return proc_status_bytes("VmHWM") - resting;
+}
 
 }  // namespace
 
@@ -58,7 +89,8 @@ int main(int argc, char** argv) {
                             "Median training-step time of the MNIST MLP per mesh, next to the "
                             "same step written by hand against OpenBLAS.");
   flags.add_string(
-      "--setup", &only, "time only this setup: batch=1, batch=8, batch=2,model=4 or plain",
+      "--setup", &only,
+      "time only this setup (eager and captured): batch=1, batch=8, batch=2,model=4 or plain",
       [](const std::string& s) -> std::string {
         if (s == "batch=1" || s == "batch=8" || s == "batch=2,model=4" || s == "plain") {
           return "";
@@ -66,11 +98,20 @@ int main(int argc, char** argv) {
         return "unknown setup '" + s + "' (known: batch=1, batch=8, batch=2,model=4, plain)";
       });
   if (std::optional<int> code = flags.parse(argc, argv)) return *code;
-  std::vector<std::pair<std::string, std::function<void()>>> steps;
+  // (mesh, mode, step)
+  struct Setup {
+    std::string mesh, mode;
+    std::function<void()> step;
+  };
+  std::vector<Setup> steps;
   for (const char* spec : {"batch=1", "batch=8", "batch=2,model=4"}) {
     if (!only.empty() && only != spec) continue;
-    auto step = std::make_shared<RuntimeStep>(spec);
-    steps.emplace_back(spec, [step] { (*step)(); });
+    auto eager = std::make_shared<RuntimeStep>(spec);
+    steps.push_back({spec, "eager", [eager] { eager->loss_and_update(eager->x, eager->labels); }});
+    auto captured = std::make_shared<RuntimeStep>(spec);
+    steps.push_back({spec, "captured", [captured] {
+                       bench::do_not_optimize(captured->captured({captured->x, captured->labels}));
+                     }});
   }
   std::mt19937 rng(1);
   std::vector<float> images(128 * 784);
@@ -79,15 +120,15 @@ int main(int argc, char** argv) {
   for (int32_t& v : labels) v = static_cast<int32_t>(rng() % 10);
   auto plain = std::make_shared<bench::PlainMlp>(std::vector<int>{784, 700, 500, 10}, 128);
   if (only.empty() || only == "plain") {
-    steps.emplace_back("plain", [=] { plain->step(images.data(), labels.data()); });
+    steps.push_back({"plain", "plain", [=] { plain->step(images.data(), labels.data()); }});
   }
   constexpr int kWarmup = 2, kRounds = 40, kStepsPerTurn = 3;
   std::vector<std::vector<double>> times(steps.size());
   for (int round = 0; round < kWarmup + kRounds; ++round) {
     for (size_t s = 0; s < steps.size(); ++s) {
-      for (int i = 1; i < kStepsPerTurn; ++i) steps[s].second();
+      for (int i = 1; i < kStepsPerTurn; ++i) steps[s].step();
       auto start = std::chrono::steady_clock::now();
-      steps[s].second();
+      steps[s].step();
       std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
       if (round >= kWarmup) times[s].push_back(took.count());
     }
@@ -95,7 +136,13 @@ int main(int argc, char** argv) {
   for (size_t s = 0; s < steps.size(); ++s) {
     std::vector<double>& t = times[s];
     std::nth_element(t.begin(), t.begin() + kRounds / 2, t.end());
-    bench::report("train_step", {{"mesh", steps[s].first}, {"batch", int64_t{128}}},
+    bench::report("train_step",
+                  {{"mesh", steps[s].mesh}, {"mode", steps[s].mode}, {"batch", int64_t{128}}},
                   t[kRounds / 2] * 1e3, "ms/step");
+  }
+  for (const Setup& setup : steps) {
+    bench::report("train_step_memory",
+                  {{"mesh", setup.mesh}, {"mode", setup.mode}, {"batch", int64_t{128}}},
+                  step_peak_bytes(setup.step) / 1e6, "MB peak over resting");
   }
 }

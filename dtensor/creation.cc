@@ -5,6 +5,7 @@
 #include <map>
 
 #include "dtensor/relayout.h"
+#include "dtensor/trace_hook.h"
 #include "ops/kernels/memory.h"
 #include "runtime/random.h"
 
@@ -69,12 +70,23 @@ void check_fill_value(const char* function, double value, DType dtype) {
 DTensor fill_named(const char* function, const Shape& shape, const Layout& layout, double value,
                    DType dtype) {
   check_fill_value(function, value, dtype);
+  // Traced: a constant of the step, made again on replay (so it is freed between steps).
+  if (TraceHook* hook = TraceHook::active()) {
+    return hook->call(function, {},
+                      [function, shape, layout, value, dtype](const TraceHook::Inputs&) {
+                        return fill_named(function, shape, layout, value, dtype);
+                      });
+  }
   return build(function, shape, layout, dtype,
                [&](Tensor& box, const std::vector<int64_t>&) { kernels::fill_value(box, value); });
 }
 
 DTensor random(const char* function, const Shape& shape, const Layout& layout, DType dtype,
                const RandomSpec& spec) {
+  // A replay would repeat the traced values where eager draws from the seed it is given now.
+  reject_in_trace(function,
+                  "its values come from a host seed that the trace would freeze; draw them "
+                  "outside the step and pass them as an argument");
   return build(function, shape, layout, dtype,
                [&](Tensor& box, const std::vector<int64_t>& offset) {
                  fill_random_shard(box, shape, offset, spec);

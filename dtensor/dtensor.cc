@@ -6,6 +6,7 @@
 #include <map>
 
 #include "dtensor/relayout.h"
+#include "dtensor/trace_hook.h"
 #include "runtime/block.h"
 
 namespace dtensor {
@@ -131,6 +132,13 @@ Shape infer_global_shape(const std::vector<Tensor>& components, const Layout& la
   return shape;
 }
 
+// Why host data may not enter or leave a captured step (dtensor/capture/function.h).
+constexpr const char* kHostReadReason =
+    "it reads tensor values on the host, which a replay would not read again; return the "
+    "DTensor from the step and read it outside";
+constexpr const char* kHostDataReason =
+    "its host data would be frozen into the trace; pass the DTensor to the step as an argument";
+
 }  // namespace
 
 DTensor pack(std::vector<Tensor> components, const Layout& layout) {
@@ -139,6 +147,7 @@ DTensor pack(std::vector<Tensor> components, const Layout& layout) {
 }
 
 DTensor pack(std::vector<Tensor> components, const Layout& layout, const Shape& global_shape) {
+  reject_in_trace("pack", kHostDataReason);
   if (components.empty() && layout.mesh().num_local_devices() > 0) {
     throw_error<InvalidArgumentError>("pack", "no components for the {} local devices of mesh {}",
                                       layout.mesh().num_local_devices(),
@@ -155,9 +164,13 @@ DTensor pack(std::vector<Tensor> components, const Layout& layout, const Shape& 
   return DTensor(global_shape, dtype, layout, std::move(components));
 }
 
-std::vector<Tensor> unpack(const DTensor& tensor) { return tensor.shards(); }
+std::vector<Tensor> unpack(const DTensor& tensor) {
+  reject_in_trace("unpack", kHostReadReason);
+  return tensor.shards();
+}
 
 DTensor distribute(const Tensor& global, const Layout& layout) {
+  reject_in_trace("distribute", kHostDataReason);
   layout.check_shape(global.shape(), "distribute");
   const Mesh& mesh = layout.mesh();
   if (global.device().type != mesh.device_type()) {
@@ -200,6 +213,7 @@ void DTensor::throw_bad_shard_index(int64_t local_index) const {
 }
 
 Tensor to_global(const DTensor& tensor) {
+  reject_in_trace("to_global", kHostReadReason);
   const Mesh& mesh = tensor.mesh();
   const Layout& layout = tensor.layout();
   if (mesh.num_processes() > 1) {

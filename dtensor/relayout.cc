@@ -8,6 +8,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "dtensor/trace_hook.h"
 #include "runtime/block.h"
 #include "runtime/collectives.h"
 
@@ -438,13 +439,26 @@ void set_relayout_recorder(RelayoutRecorder recorder) {
   relayout_recorder.store(recorder, std::memory_order_release);
 }
 
+namespace {
+
+DTensor run_plan(const DTensor& tensor, const Layout& layout, const RelayoutPlan& plan) {
+  std::vector<Tensor> shards = tensor.shards();
+  for (const RelayoutStep& step : plan.steps) shards = run_step(shards, tensor.mesh(), step);
+  return DTensor::from_trusted_shards(tensor.shape(), tensor.dtype(), layout, std::move(shards));
+}
+
+}  // namespace
+
 DTensor relayout(const DTensor& tensor, const Layout& layout) {
   if (tensor.layout() == layout) return tensor;
   auto plan = plan_relayout(tensor.layout(), layout, tensor.shape(), tensor.dtype());
-  std::vector<Tensor> shards = tensor.shards();
-  for (const RelayoutStep& step : plan->steps) shards = run_step(shards, tensor.mesh(), step);
-  DTensor out =
-      DTensor::from_trusted_shards(tensor.shape(), tensor.dtype(), layout, std::move(shards));
+  // A traced relayout keeps its plan: the replay runs the steps without planning or lookup.
+  DTensor out = TraceHook::active() == nullptr
+                    ? run_plan(tensor, layout, *plan)
+                    : TraceHook::active()->call("relayout", {&tensor},
+                                                [plan, layout](const TraceHook::Inputs& in) {
+                                                  return run_plan(*in[0], layout, *plan);
+                                                });
   if (RelayoutRecorder record = relayout_recorder.load(std::memory_order_acquire)) {
     record(tensor, out);
   }

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "dtensor/relayout.h"
+#include "dtensor/trace_hook.h"
 
 namespace dtensor {
 
@@ -84,6 +85,11 @@ const Shape& DVariable::shape() const { return state_->shape; }
 DType DVariable::dtype() const { return state_->dtype; }
 
 DTensor DVariable::value() const {
+  // Traced: a replay reads the variable's value at that time, not the one seen while tracing.
+  if (TraceHook* hook = TraceHook::active()) {
+    return hook->call("DVariable::value", {},
+                      [self = *this](const TraceHook::Inputs&) { return self.value(); });
+  }
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->value;
 }
@@ -106,12 +112,26 @@ DTensor conform(const DTensor& value, const Layout& layout, const Shape& shape, 
 }  // namespace
 
 void DVariable::assign(const DTensor& value) {
+  if (TraceHook* hook = TraceHook::active()) {
+    hook->effect("DVariable::assign", {&value}, [self = *this](const TraceHook::Inputs& in) {
+      DVariable target = self;
+      target.assign(*in[0]);
+    });
+    return;
+  }
   DTensor v = conform(value, layout(), shape(), dtype(), name(), "DVariable::assign");
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->value = v.with_id(state_->value_id);
 }
 
 void DVariable::assign_add(const DTensor& delta) {
+  if (TraceHook* hook = TraceHook::active()) {
+    hook->effect("DVariable::assign_add", {&delta}, [self = *this](const TraceHook::Inputs& in) {
+      DVariable target = self;
+      target.assign_add(*in[0]);
+    });
+    return;
+  }
   if (dtype() == DType::kBool) {
     throw_error<DTypeError>("DVariable::assign_add", "variable '{}' is bool", name());
   }
@@ -123,6 +143,13 @@ void DVariable::assign_add(const DTensor& delta) {
 }
 
 void DVariable::assign_sub(const DTensor& delta) {
+  if (TraceHook* hook = TraceHook::active()) {
+    hook->effect("DVariable::assign_sub", {&delta}, [self = *this](const TraceHook::Inputs& in) {
+      DVariable target = self;
+      target.assign_sub(*in[0]);
+    });
+    return;
+  }
   if (dtype() == DType::kBool) {
     throw_error<DTypeError>("DVariable::assign_sub", "variable '{}' is bool", name());
   }

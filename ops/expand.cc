@@ -4,6 +4,7 @@
 #include <cstring>
 #include <optional>
 
+#include "dtensor/trace_hook.h"
 #include "runtime/block.h"
 #include "runtime/thread_pool.h"
 
@@ -188,6 +189,17 @@ bool run_contraction_stacked(const std::vector<const DTensor*>& inputs,
 DTensor run_local(const std::vector<const DTensor*>& inputs, const Layout& output_layout,
                   const Shape& output_shape, DType output_dtype, double work,
                   const LocalKernel& kernel, Stacking stacking) {
+  // Traced: the recorder keeps a copy of the kernel (kernels capture by value) and every
+  // argument; the replay makes the same grouping, stacking and threading decisions on the shards
+  // it then has, so it gives eager's bits.
+  if (TraceHook* hook = TraceHook::active()) {
+    return hook->call("run_local", inputs,
+                      [output_layout, output_shape, output_dtype, work, kernel,
+                       stacking](const TraceHook::Inputs& in) {
+                        return run_local(in, output_layout, output_shape, output_dtype, work,
+                                         kernel, stacking);
+                      });
+  }
   const Mesh& mesh = output_layout.mesh();
   std::vector<Tensor> shards;
   if (!stacking.contraction_axes.empty() &&

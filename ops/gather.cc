@@ -4,6 +4,7 @@
 #include <string>
 
 #include "dtensor/relayout.h"
+#include "dtensor/trace_hook.h"
 #include "ops/kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
@@ -75,12 +76,22 @@ DTensor scatter_rows(const DTensor& params, const DTensor& indices, const DTenso
       partial.push_back({mesh.dims()[m].name, ReduceOp::kSum});
   }
   Layout out_layout = p_layout.with_partial(partial);
-  std::vector<Tensor> shards;
-  for (int64_t i = 0; i < mesh.num_local_devices(); ++i) {
-    Tensor t = kernels::scatter_add(shape, idx.shard(i), grad.shard(i), axis);
-    shards.push_back(t.with_device(Device{mesh.device_type(), mesh.local_device_ids()[i]}));
+  auto scatter = [shape, axis, out_layout, dtype = params.dtype()](const DTensor& idx,
+                                                                   const DTensor& grad) {
+    const Mesh& mesh = out_layout.mesh();
+    std::vector<Tensor> shards;
+    for (int64_t i = 0; i < mesh.num_local_devices(); ++i) {
+      Tensor t = kernels::scatter_add(shape, idx.shard(i), grad.shard(i), axis);
+      shards.push_back(t.with_device(Device{mesh.device_type(), mesh.local_device_ids()[i]}));
+    }
+    return DTensor::from_trusted_shards(shape, dtype, out_layout, std::move(shards));
+  };
+  // Traced: the scatter runs again on the replayed indices and gradient.
+  if (TraceHook* hook = TraceHook::active()) {
+    return hook->call("gather", {&idx, &grad},
+                      [scatter](const TraceHook::Inputs& in) { return scatter(*in[0], *in[1]); });
   }
-  return DTensor::from_trusted_shards(shape, params.dtype(), out_layout, std::move(shards));
+  return scatter(idx, grad);
 }
 
 }  // namespace

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <unordered_set>
 
 #include "dtensor/creation.h"
 #include "dtensor/relayout.h"
+#include "dtensor/trace_hook.h"
 #include "ops/ops.h"
 #include "runtime/collectives.h"
 
@@ -183,7 +185,28 @@ std::pair<DTensor, DTensor> exact_product_operands(const DTensor& a, const DTens
   if (!term_is_a && (divide || !has_partial_sum(b))) return {a, b};
   const DTensor& term = term_is_a ? a : b;
   DTensor factor = without_partial(term_is_a ? b : a);
-  DTensor kept = exact_factor(factor, divide) ? term : without_partial(term);
+  bool exact;
+  if (TraceHook* hook = TraceHook::active()) {
+    // The layout chosen here depends on the factor's values: the trace decides (inside the
+    // recorded check, so its tiny all-reduce is not recorded twice) and a replay checks that the
+    // values still call for the same choice.
+    auto decided = std::make_shared<std::optional<bool>>();
+    hook->effect("exact_factor", {&factor}, [divide, decided](const TraceHook::Inputs& in) {
+      const bool now = exact_factor(*in[0], divide);
+      if (!decided->has_value()) *decided = now;
+      if (**decided != now) {
+        throw_error<UnimplementedError>(
+            divide ? "div" : "mul",
+            "the captured step chose from the values of a factor how to pass a partial sum "
+            "through this product, and the values now call for the other choice; run this step "
+            "eagerly");
+      }
+    });
+    exact = **decided;
+  } else {
+    exact = exact_factor(factor, divide);
+  }
+  DTensor kept = exact ? term : without_partial(term);
   return term_is_a ? std::make_pair(kept, factor) : std::make_pair(factor, kept);
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "dtensor/relayout.h"
+#include "dtensor/trace_hook.h"
 #include "ops/kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
@@ -48,12 +49,21 @@ DTensor reshape_forward(const DTensor& x, const Shape& shape) {
   }
   DTensor in = relayout(x, in_layout);
   Layout out_layout(out_specs, x.mesh(), in_layout.partial());
-  std::vector<Tensor> shards;
-  for (size_t i = 0; i < in.shards().size(); ++i) {
-    shards.push_back(in.shard(static_cast<int64_t>(i))
-                         .reshaped(out_layout.shard_shape(target, x.mesh().local_device_ids()[i])));
+  auto views = [target, out_layout](const DTensor& in) {
+    std::vector<Tensor> shards;
+    for (size_t i = 0; i < in.shards().size(); ++i) {
+      shards.push_back(
+          in.shard(static_cast<int64_t>(i))
+              .reshaped(out_layout.shard_shape(target, in.mesh().local_device_ids()[i])));
+    }
+    return DTensor::from_trusted_shards(target, in.dtype(), out_layout, std::move(shards));
+  };
+  // Traced: the views are made again from the replayed input.
+  if (TraceHook* hook = TraceHook::active()) {
+    return hook->call("reshape", {&in},
+                      [views](const TraceHook::Inputs& ins) { return views(*ins[0]); });
   }
-  return DTensor::from_trusted_shards(target, x.dtype(), out_layout, std::move(shards));
+  return views(in);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // of [..., 1] values instead of gathering the axis), with the kernels' non-finite rules.
 #include "dtensor/creation.h"
 #include "dtensor/relayout.h"
+#include "dtensor/trace_hook.h"
 #include "ops/kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
@@ -161,19 +162,30 @@ namespace {
 
 // Labels outside [0, classes) throw the kernel's error, naming the label's global position, on
 // every layout: the class-sharded expansion never runs the kernel's check, and the kernel would
-// name a position within its shard.
+// name a position within its shard. The common case (every label in range) is one scan with no
+// allocation; positions are worked out only for a bad label.
 void check_labels_in_range(const DTensor& labels, int64_t classes) {
+  const DTensor whole = without_partial(labels);
+  auto label_at = [](const Tensor& shard, int64_t e) -> int64_t {
+    return shard.dtype() == DType::kI32 ? shard.data<int32_t>()[e] : shard.data<int64_t>()[e];
+  };
+  bool all_in_range = true;
+  for (const Tensor& shard : whole.shards()) {
+    for (int64_t e = 0; e < shard.num_elements(); ++e) {
+      const int64_t label = label_at(shard, e);
+      all_in_range = all_in_range && label >= 0 && label < classes;
+    }
+  }
+  if (all_in_range) return;
   const Mesh& mesh = labels.mesh();
   const Layout plain = labels.layout().without_partial();
-  const DTensor whole = without_partial(labels);
   int64_t worst = -1, value = 0;  // the first bad label in global order, and its value
   for (size_t i = 0; i < whole.shards().size(); ++i) {
     const Tensor& shard = whole.shards()[i];
     const int64_t device = mesh.local_device_ids()[i];
     const std::vector<int64_t> offset = plain.shard_offset(labels.shape(), device);
     for (int64_t e = 0; e < shard.num_elements(); ++e) {
-      const int64_t label =
-          shard.dtype() == DType::kI32 ? shard.data<int32_t>()[e] : shard.data<int64_t>()[e];
+      const int64_t label = label_at(shard, e);
       if (label >= 0 && label < classes) continue;
       int64_t flat = 0, rest = e;  // the global flat position of local element e
       std::vector<int64_t> local(shard.shape().size());
@@ -190,7 +202,6 @@ void check_labels_in_range(const DTensor& labels, int64_t classes) {
       }
     }
   }
-  if (worst < 0) return;
   std::vector<int64_t> position(labels.shape().size());
   for (size_t d = position.size(); d-- > 0;) {
     position[d] = worst % labels.shape()[d];
@@ -199,6 +210,19 @@ void check_labels_in_range(const DTensor& labels, int64_t classes) {
   throw_error<InvalidArgumentError>("sparse_softmax_cross_entropy",
                                     "label {} at position {} is outside [0, {})", value,
                                     shape_to_string(position), classes);
+}
+
+// The range check guards the kernels' reads (x[label]): a captured step records it as a call of
+// its own, so that every replay checks its labels and throws the eager error before any kernel
+// reads them.
+void check_labels(const DTensor& labels, int64_t classes) {
+  if (TraceHook* hook = TraceHook::active()) {
+    hook->effect("label_check", {&labels}, [classes](const TraceHook::Inputs& in) {
+      check_labels_in_range(*in[0], classes);
+    });
+    return;
+  }
+  check_labels_in_range(labels, classes);
 }
 
 DTensor sparse_softmax_cross_entropy_forward(const DTensor& logits, const DTensor& labels) {
@@ -214,7 +238,7 @@ DTensor sparse_softmax_cross_entropy_forward(const DTensor& logits, const DTenso
                             labels.short_string());
   }
   const int64_t axis = logits.rank() - 1;
-  check_labels_in_range(labels, logits.shape()[axis]);
+  check_labels(labels, logits.shape()[axis]);
   check_floating("sparse_softmax_cross_entropy", logits);
   if (axis_sharded(logits, axis)) {
     // Class dim sharded: log(sum) - (x[label] - shift), the kernel's form. The label logit is

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "runtime/backend_registry.h"
+#include "runtime/capture_hook.h"
 #include "runtime/thread_pool.h"
 
 namespace dtensor {
@@ -140,6 +141,12 @@ void reset_collective_stats() {
 
 std::vector<Tensor> all_reduce(const Mesh& mesh, MeshDimMask dims,
                                const std::vector<Tensor>& shards, ReduceOp op) {
+  // Traced: the recorder runs and keeps this call (one thread-local load otherwise).
+  if (CaptureHook* hook = CaptureHook::active()) {
+    return hook->shard_call("all_reduce", shards, [mesh, dims, op](const std::vector<Tensor>& s) {
+      return all_reduce(mesh, dims, s, op);
+    });
+  }
   check_shards(mesh, shards, "all_reduce");
   return over_groups(mesh, dims, shards, CollectiveKind::kAllReduce, "all_reduce",
                      [&](CollectiveBackend& b, const Group& g, const std::vector<Tensor>& in) {
@@ -149,6 +156,12 @@ std::vector<Tensor> all_reduce(const Mesh& mesh, MeshDimMask dims,
 
 std::vector<Tensor> all_gather(const Mesh& mesh, MeshDimMask dims,
                                const std::vector<Tensor>& shards, int64_t axis) {
+  // Traced: the recorder runs and keeps this call (one thread-local load otherwise).
+  if (CaptureHook* hook = CaptureHook::active()) {
+    return hook->shard_call("all_gather", shards, [mesh, dims, axis](const std::vector<Tensor>& s) {
+      return all_gather(mesh, dims, s, axis);
+    });
+  }
   check_shards(mesh, shards, "all_gather");
   check_axis(shards, axis, "all_gather");
   return over_groups(mesh, dims, shards, CollectiveKind::kAllGather, "all_gather",
@@ -159,6 +172,13 @@ std::vector<Tensor> all_gather(const Mesh& mesh, MeshDimMask dims,
 
 std::vector<Tensor> reduce_scatter(const Mesh& mesh, MeshDimMask dims,
                                    const std::vector<Tensor>& shards, ReduceOp op, int64_t axis) {
+  // Traced: the recorder runs and keeps this call (one thread-local load otherwise).
+  if (CaptureHook* hook = CaptureHook::active()) {
+    return hook->shard_call("reduce_scatter", shards,
+                            [mesh, dims, op, axis](const std::vector<Tensor>& s) {
+                              return reduce_scatter(mesh, dims, s, op, axis);
+                            });
+  }
   check_shards(mesh, shards, "reduce_scatter");
   check_axis(shards, axis, "reduce_scatter");
   return over_groups(mesh, dims, shards, CollectiveKind::kReduceScatter, "reduce_scatter",
@@ -170,6 +190,13 @@ std::vector<Tensor> reduce_scatter(const Mesh& mesh, MeshDimMask dims,
 std::vector<Tensor> all_to_all(const Mesh& mesh, MeshDimMask dims,
                                const std::vector<Tensor>& shards, int64_t split_axis,
                                int64_t concat_axis) {
+  // Traced: the recorder runs and keeps this call (one thread-local load otherwise).
+  if (CaptureHook* hook = CaptureHook::active()) {
+    return hook->shard_call("all_to_all", shards,
+                            [mesh, dims, split_axis, concat_axis](const std::vector<Tensor>& s) {
+                              return all_to_all(mesh, dims, s, split_axis, concat_axis);
+                            });
+  }
   check_shards(mesh, shards, "all_to_all");
   check_axis(shards, split_axis, "all_to_all");
   check_axis(shards, concat_axis, "all_to_all");
@@ -181,6 +208,12 @@ std::vector<Tensor> all_to_all(const Mesh& mesh, MeshDimMask dims,
 
 std::vector<Tensor> broadcast(const Mesh& mesh, MeshDimMask dims, const std::vector<Tensor>& shards,
                               int64_t root) {
+  // Traced: the recorder runs and keeps this call (one thread-local load otherwise).
+  if (CaptureHook* hook = CaptureHook::active()) {
+    return hook->shard_call("broadcast", shards, [mesh, dims, root](const std::vector<Tensor>& s) {
+      return broadcast(mesh, dims, s, root);
+    });
+  }
   check_shards(mesh, shards, "broadcast");
   if (root < 0 || root >= mesh.group_size(dims)) {
     throw_error<InvalidArgumentError>("broadcast", "root {} is not a position in groups of {}",
@@ -193,6 +226,13 @@ std::vector<Tensor> broadcast(const Mesh& mesh, MeshDimMask dims, const std::vec
 }
 
 void barrier(const Mesh& mesh) {
+  if (CaptureHook* hook = CaptureHook::active()) {
+    hook->shard_call("barrier", {}, [mesh](const std::vector<Tensor>&) {
+      barrier(mesh);
+      return std::vector<Tensor>();
+    });
+    return;
+  }
   CollectiveBackend& backend = collective_backend_for(mesh, "barrier");
   stats().calls[static_cast<size_t>(CollectiveKind::kBarrier)].fetch_add(1);
   Group g{{}, {}, mesh.process_index()};

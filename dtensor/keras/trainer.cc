@@ -64,7 +64,12 @@ Trainer& Callback::trainer() const {
 
 Trainer::Trainer(Model& model, Optimizer& optimizer, Loss loss,
                  std::vector<std::unique_ptr<Metric>> metrics)
-    : model_(model), optimizer_(optimizer), loss_(std::move(loss)), metrics_(std::move(metrics)) {
+    : model_(model),
+      optimizer_(optimizer),
+      loss_(std::move(loss)),
+      metrics_(std::move(metrics)),
+      captured_step_(function(
+          [this](const std::vector<DTensor>& batch) { return optimize(batch[0], batch[1]); })) {
   const char* fn = "Trainer";
   if (!loss_) throw_error<InvalidArgumentError>(fn, "no loss function");
   std::set<std::string> names{"loss"};
@@ -79,20 +84,26 @@ Trainer::Trainer(Model& model, Optimizer& optimizer, Loss loss,
 
 DTensor Trainer::predict(const DTensor& inputs) { return model_.call(inputs, false); }
 
-Logs Trainer::train_step(const data::Batch& batch) {
+std::vector<DTensor> Trainer::optimize(const DTensor& features, const DTensor& labels) {
   const std::vector<DVariable> vars = model_.variables();
   std::optional<DTensor> predictions, loss;
   std::vector<DTensor> grads;
   {
     GradientTape tape;
     for (const DVariable& v : vars) tape.watch(v);
-    predictions = model_.call(batch.features, true);
+    predictions = model_.call(features, true);
     // The mean over the global batch: its gradient is the data-parallel average.
-    loss = reduce_mean(loss_(batch.labels, *predictions));
+    loss = reduce_mean(loss_(labels, *predictions));
     grads = tape.gradient(*loss, vars);
   }
   optimizer_.apply(vars, grads);
-  track(*loss, batch, *predictions);
+  return {*loss, *predictions};
+}
+
+Logs Trainer::train_step(const data::Batch& batch) {
+  std::vector<DTensor> out = run_eagerly_ ? optimize(batch.features, batch.labels)
+                                          : captured_step_({batch.features, batch.labels});
+  track(out[0], batch, out[1]);
   return metric_results();
 }
 

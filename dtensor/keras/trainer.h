@@ -10,10 +10,13 @@
 //
 // A train step reads one global batch, computes the per-example losses of the model's
 // predictions, averages them over the global batch, takes the gradient with a GradientTape and
-// applies it with the optimizer. Nothing here is specific to one device or many: the batch's
-// layout (batch-sharded from a Dataset, e.g. MirroredStrategy::distribute_dataset) and the
-// variables' layouts decide the parallelism, and the gradient of each replicated variable is
-// all-reduced once, where the tape brings it to the variable's layout.
+// applies it with the optimizer. That much runs as a captured step (dtensor::function: traced on
+// the first batch of each shape, replayed after, to eager's bits) unless run_eagerly is set
+// (Keras's compile(run_eagerly=True)); the loss and metric trackers read the results outside it.
+// Nothing here is specific to one device or many: the batch's layout (batch-sharded from a Dataset,
+// e.g. MirroredStrategy::distribute_dataset) and the variables' layouts decide the parallelism, and
+// the gradient of each replicated variable is all-reduced once, where the tape brings it to the
+// variable's layout.
 //
 // Data. fit draws batches with next() from the dataset's current position; an epoch is
 // steps_per_epoch batches (default: the dataset's batches_per_epoch()). Configure repeat() so the
@@ -38,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "dtensor/capture/function.h"
 #include "dtensor/data/dataset.h"
 #include "dtensor/keras/callbacks.h"
 #include "dtensor/keras/metrics.h"
@@ -113,6 +117,9 @@ class Trainer {
 
   // One optimisation step on `batch`; returns the running logs of the epoch.
   Logs train_step(const data::Batch& batch);
+  // Run train steps op by op instead of as a captured step (default false).
+  void set_run_eagerly(bool eager) { run_eagerly_ = eager; }
+  bool run_eagerly() const { return run_eagerly_; }
   // Accumulates the loss and metrics of `batch` without training; returns the running logs.
   Logs test_step(const data::Batch& batch);
 
@@ -139,6 +146,8 @@ class Trainer {
  private:
   class CallbackList;
   void track(const DTensor& loss, const data::Batch& batch, const DTensor& predictions);
+  // Forward, gradient and update on (features, labels); returns {mean loss, predictions}.
+  std::vector<DTensor> optimize(const DTensor& features, const DTensor& labels);
   Logs run_evaluation(data::Dataset& data, int64_t steps, CallbackList& callbacks);
 
   Model& model_;
@@ -150,6 +159,8 @@ class Trainer {
   FitParams params_;
   data::Dataset* train_data_ = nullptr;
   std::vector<Callback*> fit_callbacks_;
+  bool run_eagerly_ = false;
+  Function captured_step_;  // optimize(), captured
 };
 
 // A metrics list from metric types with default constructors:

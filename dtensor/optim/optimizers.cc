@@ -4,6 +4,7 @@
 
 #include "dtensor/creation.h"
 #include "dtensor/relayout.h"
+#include "dtensor/trace_hook.h"
 #include "ops/kernels/optimizer_update.h"
 
 namespace dtensor {
@@ -70,6 +71,19 @@ void Optimizer::build(const std::vector<DVariable>& vars) {
 }
 
 void Optimizer::apply(const std::vector<DVariable>& vars, const std::vector<DTensor>& grads) {
+  // Traced: one step of the program that applies again on replay, with the step count and
+  // learning rate of that time (this optimizer must outlive the captured function).
+  if (TraceHook* hook = TraceHook::active()) {
+    TraceHook::Inputs inputs;
+    for (const DTensor& g : grads) inputs.push_back(&g);
+    hook->effect("Optimizer::apply", inputs, [this, vars](const TraceHook::Inputs& in) {
+      std::vector<DTensor> replayed;
+      replayed.reserve(in.size());
+      for (const DTensor* g : in) replayed.push_back(*g);
+      apply(vars, replayed);
+    });
+    return;
+  }
   const std::string fn = name_ + "::apply";
   if (vars.size() != grads.size()) {
     throw_error<InvalidArgumentError>(fn, "got {} gradients for {} variables", grads.size(),

@@ -11,17 +11,22 @@
 // Its final weights are bit for bit those of a run that was never interrupted: compare the
 // "weights fnv1a64" line. Running the finished job once more trains nothing.
 //
+// The train step runs captured (dtensor::function: traced once, replayed after, to the same
+// bits); --eager runs it op by op. Each epoch prints the median step time.
+//
 // Flags: `--help` lists them with their defaults; relative paths are taken from where `bazel run`
 // was started. Under mpirun --replicas is the total over all processes.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cli/flags.h"
 #include "cli/progress.h"
@@ -53,6 +58,7 @@ struct Flags {
   std::string data_dir;
   std::string metrics_out;
   std::string tensorboard_dir;
+  bool eager = false;
 };
 
 void define_flags(cli::Flags& cli, Flags& f) {
@@ -78,6 +84,8 @@ void define_flags(cli::Flags& cli, Flags& f) {
                cli::PathKind::kInputDir);
   cli.add_path("--metrics_out", &f.metrics_out, "epoch logs, .csv or JSON lines",
                cli::PathKind::kOutputFile);
+  cli.add_bool("--eager", &f.eager,
+               "run the train step op by op instead of as a captured (traced, replayed) step");
   cli.add_path("--tensorboard_dir", &f.tensorboard_dir,
                "folder for TensorBoard event files (the epoch logs as scalars)",
                cli::PathKind::kOutputDir);
@@ -176,6 +184,7 @@ int train(Runtime& rt, const Flags& f) {
   Adam optimizer(f.lr);
   keras::Trainer trainer(*model, optimizer, keras::sparse_categorical_crossentropy(),
                          keras::metrics_list<keras::SparseCategoricalAccuracy>());
+  trainer.set_run_eagerly(f.eager);
 
   // Datasets of global batches, each replica getting its slice.
   Splits splits = load(f);
@@ -239,8 +248,27 @@ int train(Runtime& rt, const Flags& f) {
     epoch_first_step = trainer.counters().step_in_epoch;
     begin(epoch, logs);
   };
+  // The median time of a train step (batch begin to end) per epoch.
+  std::vector<double> step_ms;
+  std::chrono::steady_clock::time_point step_start;
+  display.batch_begin = [&](int64_t, const keras::Logs&) {
+    step_start = std::chrono::steady_clock::now();
+  };
+  display.batch_end = [&, end = display.batch_end](int64_t batch, const keras::Logs& logs) {
+    step_ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start)
+            .count());
+    end(batch, logs);
+  };
   display.epoch_end = [&](int64_t epoch, const keras::Logs& logs) {
     epoch_seconds = progress.end_epoch(metrics_of(logs));
+    if (main_process && !step_ms.empty()) {
+      std::nth_element(step_ms.begin(), step_ms.begin() + step_ms.size() / 2, step_ms.end());
+      fmt::print("step time: median {:.3f} ms per step ({})\n", step_ms[step_ms.size() / 2],
+                 f.eager ? "eager" : "captured");
+      std::fflush(stdout);
+    }
+    step_ms.clear();
     if (events) {
       for (const auto& [name, value] : logs) events->scalar("epoch_" + name, value, epoch + 1);
     }
