@@ -1,0 +1,195 @@
+#include "ops/kernels/cpu/matmul_onednn.h"
+
+#include <omp.h>
+
+#include <array>
+#include <cstring>
+#include <dnnl.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dtensor::kernels::cpu::onednn {
+namespace {
+
+// Everything that fixes a primitive. Compared field by field on every call: keep it small.
+struct Key {
+  int64_t m = 0, n = 0, k = 0;
+  DType operands = DType::kF32;
+  DType bias_dtype = DType::kF32;
+  bool transpose_a = false, transpose_b = false, bias = false, relu = false, accumulate = false;
+  int threads = 1;
+
+  bool operator==(const Key& o) const {
+    return m == o.m && n == o.n && k == o.k && operands == o.operands &&
+           bias_dtype == o.bias_dtype && transpose_a == o.transpose_a &&
+           transpose_b == o.transpose_b && bias == o.bias && relu == o.relu &&
+           accumulate == o.accumulate && threads == o.threads;
+  }
+};
+
+Key make_key(const GemmShape& s, const Epilogue& e, int threads) {
+  Key key;
+  key.m = s.m;
+  key.n = s.n;
+  key.k = s.k;
+  key.operands = s.operands;
+  key.bias = e.bias != nullptr;
+  key.bias_dtype = key.bias ? e.bias_dtype : DType::kF32;
+  key.transpose_a = s.transpose_a;
+  key.transpose_b = s.transpose_b;
+  key.relu = e.relu;
+  key.accumulate = e.accumulate;
+  key.threads = threads;
+  return key;
+}
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+dnnl::memory::data_type data_type(DType dtype) {
+  return dtype == DType::kBF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+}
+
+// A row-major [rows, cols] matrix, or the transpose of a row-major [cols, rows] one.
+dnnl::memory::desc matrix(int64_t rows, int64_t cols, bool transposed, DType dtype) {
+  const dnnl::memory::dims strides =
+      transposed ? dnnl::memory::dims{1, rows} : dnnl::memory::dims{cols, 1};
+  return dnnl::memory::desc({rows, cols}, data_type(dtype), strides);
+}
+
+// One cached primitive with the memory objects its calls re-point at the operands.
+struct Entry {
+  Key key;
+  bool usable = false;  // false: no optimised kernel; the caller falls back
+  std::string impl;
+  dnnl::matmul primitive;
+  dnnl::memory src, weights, bias, dst, scratchpad;
+  std::vector<uint8_t> scratchpad_buffer;
+  std::array<dnnl_exec_arg_t, 5> args{};
+  int num_args = 0;
+
+  explicit Entry(const Key& k) : key(k) {
+    try {
+      create();
+    } catch (const dnnl::error&) {
+      usable = false;  // unimplemented or unsupported combination
+    }
+  }
+
+  void create() {
+    const dnnl::engine& engine = cpu_engine();
+    const dnnl::memory::desc a = matrix(key.m, key.k, key.transpose_a, key.operands);
+    const dnnl::memory::desc b = matrix(key.k, key.n, key.transpose_b, key.operands);
+    const dnnl::memory::desc c = matrix(key.m, key.n, false, DType::kF32);
+    dnnl::post_ops ops;
+    if (key.accumulate) ops.append_sum(1.0f);
+    if (key.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(ops);
+    // Our own scratchpad: a call then allocates nothing.
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const dnnl::memory::desc bias_desc =
+        key.bias ? matrix(1, key.n, false, key.bias_dtype) : dnnl::memory::desc();
+    const dnnl::matmul::desc desc =
+        key.bias ? dnnl::matmul::desc(a, b, bias_desc, c) : dnnl::matmul::desc(a, b, c);
+    const dnnl::matmul::primitive_desc pd(desc, attr, engine);
+    impl = pd.impl_info_str();
+    // A reference kernel is one loop per element: OpenBLAS is far faster there.
+    if (impl.find("ref") != std::string::npos) return;
+    primitive = dnnl::matmul(pd);
+    src = dnnl::memory(a, engine, nullptr);
+    weights = dnnl::memory(b, engine, nullptr);
+    dst = dnnl::memory(c, engine, nullptr);
+    scratchpad_buffer.resize(pd.scratchpad_desc().get_size());
+    scratchpad = dnnl::memory(pd.scratchpad_desc(), engine,
+                              scratchpad_buffer.empty() ? nullptr : scratchpad_buffer.data());
+    args[0] = {DNNL_ARG_SRC, src.get()};
+    args[1] = {DNNL_ARG_WEIGHTS, weights.get()};
+    args[2] = {DNNL_ARG_DST, dst.get()};
+    args[3] = {DNNL_ARG_SCRATCHPAD, scratchpad.get()};
+    num_args = 4;
+    if (key.bias) {
+      bias = dnnl::memory(bias_desc, engine, nullptr);
+      args[4] = {DNNL_ARG_BIAS, bias.get()};
+      num_args = 5;
+    }
+    usable = true;
+  }
+};
+
+// The calling thread's primitives and stream. Bounded: a new case past kCapacity replaces the
+// entries in turn.
+class Cache {
+ public:
+  Entry& get(const Key& key) {
+    for (size_t i = 0; i < size_; ++i) {
+      if (entries_[i]->key == key) return *entries_[i];
+    }
+    std::unique_ptr<Entry> entry = std::make_unique<Entry>(key);
+    size_t slot = size_;
+    if (size_ < kCapacity) {
+      ++size_;
+    } else {
+      slot = next_victim_;
+      next_victim_ = (next_victim_ + 1) % kCapacity;
+    }
+    entries_[slot] = std::move(entry);
+    return *entries_[slot];
+  }
+
+  dnnl::stream& stream() {
+    if (!stream_) stream_ = dnnl::stream(cpu_engine());
+    return stream_;
+  }
+
+ private:
+  static constexpr size_t kCapacity = 32;
+  std::array<std::unique_ptr<Entry>, kCapacity> entries_;
+  size_t size_ = 0;
+  size_t next_victim_ = 0;
+  dnnl::stream stream_;
+};
+
+Cache& thread_cache() {
+  thread_local Cache cache;
+  return cache;
+}
+
+// The OpenMP thread count of the calling thread, set only when it changes.
+void set_threads(int threads) {
+  thread_local int current = 0;
+  if (threads != current) {
+    omp_set_num_threads(threads);
+    current = threads;
+  }
+}
+
+}  // namespace
+
+bool gemm(const GemmShape& shape, const Epilogue& epilogue, const void* a, const void* b, float* c,
+          int threads) {
+  set_threads(threads);
+  Cache& cache = thread_cache();
+  Entry& entry = cache.get(make_key(shape, epilogue, threads));
+  if (!entry.usable) return false;
+  entry.src.set_data_handle(const_cast<void*>(a));
+  entry.weights.set_data_handle(const_cast<void*>(b));
+  entry.dst.set_data_handle(c);
+  if (epilogue.bias != nullptr) entry.bias.set_data_handle(const_cast<void*>(epilogue.bias));
+  const dnnl_status_t status = dnnl_primitive_execute(entry.primitive.get(), cache.stream().get(),
+                                                      entry.num_args, entry.args.data());
+  // The operands were valid for a primitive created for them: a failure here is a bug.
+  if (status != dnnl_success) std::abort();
+  return true;
+}
+
+const char* implementation(const GemmShape& shape, const Epilogue& epilogue, int threads) {
+  set_threads(threads);
+  const Entry& entry = thread_cache().get(make_key(shape, epilogue, threads));
+  return entry.usable ? entry.impl.c_str() : "";
+}
+
+}  // namespace dtensor::kernels::cpu::onednn
