@@ -40,8 +40,7 @@ std::vector<GemmCase> seed_cases(int64_t rows) {
   return cases;
 }
 
-void compare_backends(const GemmCase& c, int rounds) {
-  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+void compare_backends(const GemmCase& c, int threads, int rounds) {
   openblas_set_num_threads(threads);
   Tensor a = Tensor::zeros({c.m * c.k}, DType::kF32);
   Tensor b = Tensor::zeros({c.k * c.n}, DType::kF32);
@@ -102,10 +101,16 @@ int main(int argc, char** argv) {
                  "only the oneDNN vs OpenBLAS comparison, not the runtime figures");
   if (std::optional<int> code = flags.parse(argc, argv)) return *code;
   using namespace dtensor;
-  for (int64_t rows : {16, 128}) {
-    for (const GemmCase& c : seed_cases(rows)) compare_backends(c, static_cast<int>(rounds));
+  // One thread: a device's share on the 8-device mesh; all cores: one device.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int threads : {1, cores}) {
+    for (int64_t rows : {16, 128}) {
+      for (const GemmCase& c : seed_cases(rows)) {
+        compare_backends(c, threads, static_cast<int>(rounds));
+      }
+    }
   }
-  compare_backends({"large", 2048, 2048, 2048, false, false}, static_cast<int>(rounds));
+  compare_backends({"large", 2048, 2048, 2048, false, false}, cores, static_cast<int>(rounds));
   if (backends_only) return 0;
   for (int64_t n : {256, 512, 1024, 2048}) {
     const double flops = 2.0 * n * n * n;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -225,13 +226,32 @@ int onednn_threads(const MatmulOptions& options) {
   return cores;
 }
 
+// Which backend runs an f32/bf16 product, from bench/matmul (oneDNN vs OpenBLAS GFLOP/s, both
+// called directly, alternating in one run; 2-core AVX-512 host, 2026-11-24, while others built,
+// so to be remeasured on a quiet machine). oneDNN won every seed-step shape but one, 1 thread:
+//   [16,784]x[784,700] 112 vs 78, [16,700]x[784,700]^T 88 vs 67, [784,16]^Tx[16,700] 101 vs 83,
+//   [128,784]x[784,700] 105 vs 87, [128,700]x[784,700]^T 101 vs 89, [784,128]^Tx[128,700] 104
+//   vs 96, [128,500]x[500,10] 72 vs 72, [128,10]x[500,10]^T 90 vs 70;
+// 2 threads (oneDNN's blocks on the pool) by 1.3x to 3.8x on the large ones, 2048^3 47 vs 45.
+// The exception is a transposed a with a narrow output, the last layer's weight gradient
+// [500,128]^T x [128,10]: 53 vs 88 GFLOP/s (at k = 16 they tie). So: OpenBLAS for aᵀb with
+// n < 32, oneDNN for everything else.
+bool onednn_wins(const MatmulShape& s, const MatmulOptions& options) {
+  return !(options.transpose_a && s.n < 32);
+}
+
 // c (+)= epilogue(a x b) over all batches through oneDNN, for f32 or bf16 operands and an f32
 // `out`; false, with nothing written, when oneDNN has no kernel for the case (every batch uses
 // the same primitive, so the first call decides).
 bool onednn_matmul(const MatmulShape& s, const Tensor& a, const Tensor& b,
                    const MatmulOptions& options, const onednn::Epilogue& epilogue, Tensor& out) {
+  // DTENSOR_ONEDNN=0 in the environment keeps every matmul on OpenBLAS (for A/B measurements).
+  static const bool enabled = [] {
+    const char* v = std::getenv("DTENSOR_ONEDNN");
+    return v == nullptr || std::string(v) != "0";
+  }();
   float* pc = out.data<float>();
-  if (out.num_elements() == 0 || s.k == 0) return false;
+  if (!enabled || out.num_elements() == 0 || s.k == 0 || !onednn_wins(s, options)) return false;
   const int threads = onednn_threads(options);
   const auto* pa = static_cast<const char*>(a.raw_data());
   const auto* pb = static_cast<const char*>(b.raw_data());

@@ -2,37 +2,47 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <array>
-#include <cstring>
+#include <atomic>
+#include <cstdlib>
 #include <dnnl.hpp>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "runtime/thread_pool.h"
+
 namespace dtensor::kernels::cpu::onednn {
 namespace {
 
-// Everything that fixes a primitive. Compared field by field on every call: keep it small.
+// Everything that fixes a primitive: one block of the product, with the leading dims of the full
+// matrices it lies in. Compared field by field on every call: keep it small.
 struct Key {
   int64_t m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;
   DType operands = DType::kF32;
   DType bias_dtype = DType::kF32;
   bool transpose_a = false, transpose_b = false, bias = false, relu = false, accumulate = false;
-  int threads = 1;
+  bool accept_reference = false;  // a block of a product whose whole has an optimised kernel
 
   bool operator==(const Key& o) const {
-    return m == o.m && n == o.n && k == o.k && operands == o.operands &&
-           bias_dtype == o.bias_dtype && transpose_a == o.transpose_a &&
+    return m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb && ldc == o.ldc &&
+           operands == o.operands && bias_dtype == o.bias_dtype && transpose_a == o.transpose_a &&
            transpose_b == o.transpose_b && bias == o.bias && relu == o.relu &&
-           accumulate == o.accumulate && threads == o.threads;
+           accumulate == o.accumulate && accept_reference == o.accept_reference;
   }
 };
 
-Key make_key(const GemmShape& s, const Epilogue& e, int threads) {
+// The key of the whole product (leading dims of dense row-major matrices).
+Key make_key(const GemmShape& s, const Epilogue& e) {
   Key key;
   key.m = s.m;
   key.n = s.n;
   key.k = s.k;
+  key.lda = s.transpose_a ? s.m : s.k;
+  key.ldb = s.transpose_b ? s.k : s.n;
+  key.ldc = s.n;
   key.operands = s.operands;
   key.bias = e.bias != nullptr;
   key.bias_dtype = key.bias ? e.bias_dtype : DType::kF32;
@@ -40,7 +50,6 @@ Key make_key(const GemmShape& s, const Epilogue& e, int threads) {
   key.transpose_b = s.transpose_b;
   key.relu = e.relu;
   key.accumulate = e.accumulate;
-  key.threads = threads;
   return key;
 }
 
@@ -53,10 +62,10 @@ dnnl::memory::data_type data_type(DType dtype) {
   return dtype == DType::kBF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
 }
 
-// A row-major [rows, cols] matrix, or the transpose of a row-major [cols, rows] one.
-dnnl::memory::desc matrix(int64_t rows, int64_t cols, bool transposed, DType dtype) {
+// A [rows, cols] block of a row-major matrix with leading dim ld, or of the transpose of one.
+dnnl::memory::desc matrix(int64_t rows, int64_t cols, bool transposed, int64_t ld, DType dtype) {
   const dnnl::memory::dims strides =
-      transposed ? dnnl::memory::dims{1, rows} : dnnl::memory::dims{cols, 1};
+      transposed ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1};
   return dnnl::memory::desc({rows, cols}, data_type(dtype), strides);
 }
 
@@ -81,9 +90,9 @@ struct Entry {
 
   void create() {
     const dnnl::engine& engine = cpu_engine();
-    const dnnl::memory::desc a = matrix(key.m, key.k, key.transpose_a, key.operands);
-    const dnnl::memory::desc b = matrix(key.k, key.n, key.transpose_b, key.operands);
-    const dnnl::memory::desc c = matrix(key.m, key.n, false, DType::kF32);
+    const dnnl::memory::desc a = matrix(key.m, key.k, key.transpose_a, key.lda, key.operands);
+    const dnnl::memory::desc b = matrix(key.k, key.n, key.transpose_b, key.ldb, key.operands);
+    const dnnl::memory::desc c = matrix(key.m, key.n, false, key.ldc, DType::kF32);
     dnnl::post_ops ops;
     if (key.accumulate) ops.append_sum(1.0f);
     if (key.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
@@ -92,13 +101,13 @@ struct Entry {
     // Our own scratchpad: a call then allocates nothing.
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     const dnnl::memory::desc bias_desc =
-        key.bias ? matrix(1, key.n, false, key.bias_dtype) : dnnl::memory::desc();
+        key.bias ? matrix(1, key.n, false, key.n, key.bias_dtype) : dnnl::memory::desc();
     const dnnl::matmul::desc desc =
         key.bias ? dnnl::matmul::desc(a, b, bias_desc, c) : dnnl::matmul::desc(a, b, c);
     const dnnl::matmul::primitive_desc pd(desc, attr, engine);
     impl = pd.impl_info_str();
     // A reference kernel is one loop per element: OpenBLAS is far faster there.
-    if (impl.find("ref") != std::string::npos) return;
+    if (!key.accept_reference && impl.find("ref") != std::string::npos) return;
     primitive = dnnl::matmul(pd);
     src = dnnl::memory(a, engine, nullptr);
     weights = dnnl::memory(b, engine, nullptr);
@@ -158,37 +167,90 @@ Cache& thread_cache() {
   return cache;
 }
 
-// The OpenMP thread count of the calling thread, set only when it changes.
-void set_threads(int threads) {
-  thread_local int current = 0;
-  if (threads != current) {
-    omp_set_num_threads(threads);
-    current = threads;
+// Every call runs oneDNN on one OpenMP thread. With more, libgomp's idle team threads spin
+// after each call (its default wait policy, fixed when the library loads) and take the cores
+// from the pool workers that run the next op: the seed step ran 3x slower. A product that may use
+// several threads is split into blocks on the thread pool instead, one single-threaded primitive
+// per block.
+void use_one_omp_thread() {
+  thread_local bool done = false;
+  if (!done) {
+    omp_set_num_threads(1);
+    done = true;
   }
 }
+
+// Runs one block; the entry exists and is usable.
+void execute(Entry& entry, dnnl::stream& stream, const void* a, const void* b, const void* bias,
+             float* c) {
+  entry.src.set_data_handle(const_cast<void*>(a));
+  entry.weights.set_data_handle(const_cast<void*>(b));
+  entry.dst.set_data_handle(c);
+  if (bias != nullptr) entry.bias.set_data_handle(const_cast<void*>(bias));
+  const dnnl_status_t status = dnnl_primitive_execute(entry.primitive.get(), stream.get(),
+                                                      entry.num_args, entry.args.data());
+  // The operands were valid for a primitive created for them: a failure here is a bug.
+  if (status != dnnl_success) std::abort();
+}
+
+// Below this many flops per block, waking the pool costs more than a second thread saves.
+constexpr double kSplitFlops = 4e6;
 
 }  // namespace
 
 bool gemm(const GemmShape& shape, const Epilogue& epilogue, const void* a, const void* b, float* c,
           int threads) {
-  set_threads(threads);
+  use_one_omp_thread();
   Cache& cache = thread_cache();
-  Entry& entry = cache.get(make_key(shape, epilogue, threads));
+  const Key whole = make_key(shape, epilogue);
+  Entry& entry = cache.get(whole);
   if (!entry.usable) return false;
-  entry.src.set_data_handle(const_cast<void*>(a));
-  entry.weights.set_data_handle(const_cast<void*>(b));
-  entry.dst.set_data_handle(c);
-  if (epilogue.bias != nullptr) entry.bias.set_data_handle(const_cast<void*>(epilogue.bias));
-  const dnnl_status_t status = dnnl_primitive_execute(entry.primitive.get(), cache.stream().get(),
-                                                      entry.num_args, entry.args.data());
-  // The operands were valid for a primitive created for them: a failure here is a bug.
-  if (status != dnnl_success) std::abort();
+  const double flops = 2.0 * static_cast<double>(shape.m) * static_cast<double>(shape.n) *
+                       static_cast<double>(shape.k);
+  ThreadPool& pool = ThreadPool::global();
+  const int64_t blocks =
+      std::min<int64_t>({threads, pool.num_threads(), static_cast<int64_t>(flops / kSplitFlops),
+                         std::max(shape.m, shape.n)});
+  if (blocks <= 1 || ThreadPool::in_worker()) {
+    execute(entry, cache.stream(), a, b, epilogue.bias, c);
+    return true;
+  }
+  // Blocks of rows of c (rows of a) or, when c is wider than tall, of columns (columns of b).
+  const bool by_rows = shape.m >= shape.n;
+  const int64_t extent = by_rows ? shape.m : shape.n;
+  const size_t esize = shape.operands == DType::kBF16 ? 2 : 4;
+  const size_t bias_size = epilogue.bias_dtype == DType::kBF16 ? 2 : 4;
+  pool.parallel_for(blocks, [&](int64_t i) {
+    use_one_omp_thread();
+    const int64_t begin = extent * i / blocks, end = extent * (i + 1) / blocks;
+    Key key = whole;
+    key.accept_reference = true;
+    const char* pa = static_cast<const char*>(a);
+    const char* pb = static_cast<const char*>(b);
+    const char* pbias = static_cast<const char*>(epilogue.bias);
+    float* pc = c;
+    if (by_rows) {
+      key.m = end - begin;
+      pa += static_cast<size_t>(begin * (shape.transpose_a ? 1 : shape.k)) * esize;
+      pc += begin * shape.n;
+    } else {
+      key.n = end - begin;
+      pb += static_cast<size_t>(begin * (shape.transpose_b ? shape.k : 1)) * esize;
+      pc += begin;
+      if (pbias != nullptr) pbias += static_cast<size_t>(begin) * bias_size;
+    }
+    Cache& mine = thread_cache();
+    Entry& block = mine.get(key);
+    if (!block.usable) std::abort();  // the whole product has a kernel, so its blocks do
+    execute(block, mine.stream(), pa, pb, pbias, pc);
+  });
   return true;
 }
 
 const char* implementation(const GemmShape& shape, const Epilogue& epilogue, int threads) {
-  set_threads(threads);
-  const Entry& entry = thread_cache().get(make_key(shape, epilogue, threads));
+  static_cast<void>(threads);
+  use_one_omp_thread();
+  const Entry& entry = thread_cache().get(make_key(shape, epilogue));
   return entry.usable ? entry.impl.c_str() : "";
 }
 

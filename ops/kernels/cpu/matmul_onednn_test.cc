@@ -56,10 +56,10 @@ TEST_CASE("f32 and bf16 matmul through oneDNN equal the f64 reference", "[onednn
           const kernels::MatmulOptions o{ta, tb, threads};
           // 2-D, batched, and a 2-D weight broadcast over a batch (folded into one gemm).
           const Tensor a = values(ta ? Shape{37, 13} : Shape{13, 37}, 1, dtype);
-          const Tensor b = values(tb ? Shape{11, 37} : Shape{37, 11}, 2, dtype);
+          const Tensor b = values(tb ? Shape{35, 37} : Shape{37, 35}, 2, dtype);
           require_equal(kernels::matmul(a, b, o), reference(a, b, o, dtype));
           const Tensor ab = values(ta ? Shape{3, 37, 5} : Shape{3, 5, 37}, 3, dtype);
-          const Tensor bb = values(tb ? Shape{1, 11, 37} : Shape{1, 37, 11}, 4, dtype);
+          const Tensor bb = values(tb ? Shape{1, 35, 37} : Shape{1, 37, 35}, 4, dtype);
           require_equal(kernels::matmul(ab, bb, o), reference(ab, bb, o, dtype));
           require_equal(kernels::matmul(ab, b, o), reference(ab, b, o, dtype));
         }
@@ -103,6 +103,22 @@ TEST_CASE("dense fuses bias and relu through oneDNN", "[onednn]") {
                                                          kernels::cast(w, DType::kF32)))
                   : kernels::matmul(kernels::cast(x, DType::kF32), kernels::cast(w, DType::kF32)),
               dtype));
+    }
+  }
+}
+
+TEST_CASE("products large enough for two threads run as blocks on the pool", "[onednn]") {
+  using kernels::UnaryOp;
+  // Tall (split by rows) and wide (split by columns, the bias split with them).
+  for (const auto& [m, n] : {std::pair<int64_t, int64_t>{128, 200}, {20, 1000}}) {
+    for (bool ta : {false, true}) {
+      const Tensor x = values(ta ? Shape{300, m} : Shape{m, 300}, 11);
+      const Tensor w = values({300, n}, 12), bias = values({n}, 13);
+      const kernels::MatmulOptions o{ta, false, 2};
+      const Tensor sum =
+          kernels::binary(kernels::BinaryOp::kAdd, kernels::matmul(f64(x), f64(w), o), f64(bias));
+      const Tensor want = kernels::unary(UnaryOp::kRelu, kernels::cast(sum, DType::kF32));
+      require_equal(kernels::dense(x, w, &bias, UnaryOp::kRelu, o), want);
     }
   }
 }
