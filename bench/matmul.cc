@@ -48,7 +48,7 @@ void compare_backends(const GemmCase& c, int threads, int rounds) {
   std::fill(b.data<float>(), b.data<float>() + c.k * c.n, 0.25f);
   Tensor out = Tensor::zeros({c.m * c.n}, DType::kF32);
   const kernels::cpu::onednn::GemmShape shape{c.m, c.n, c.k, c.ta, c.tb, DType::kF32};
-  const std::string impl = kernels::cpu::onednn::implementation(shape, {}, threads);
+  const std::string impl = kernels::cpu::onednn::implementation(shape, {});
   const double flops = 2.0 * static_cast<double>(c.m * c.n * c.k);
   const int reps = flops > 1e9 ? 5 : flops > 1e8 ? 21 : 101;
   auto run_onednn = [&] {

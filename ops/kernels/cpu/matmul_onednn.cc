@@ -247,8 +247,7 @@ bool gemm(const GemmShape& shape, const Epilogue& epilogue, const void* a, const
   return true;
 }
 
-const char* implementation(const GemmShape& shape, const Epilogue& epilogue, int threads) {
-  static_cast<void>(threads);
+const char* implementation(const GemmShape& shape, const Epilogue& epilogue) {
   use_one_omp_thread();
   const Entry& entry = thread_cache().get(make_key(shape, epilogue));
   return entry.usable ? entry.impl.c_str() : "";

@@ -9,8 +9,12 @@
 // primitive; when oneDNN has only a reference (unoptimised) kernel for a case, or none, the entry
 // remembers that and gemm returns false, so the caller uses OpenBLAS.
 //
-// Threads: oneDNN here is built on OpenMP, so a call uses the OpenMP thread count of the calling
-// thread; gemm sets it (omp_set_num_threads, a per-thread setting) to `threads` first.
+// Threads: oneDNN here is built on OpenMP, and libgomp's idle team threads spin after every
+// parallel call (the wait policy is fixed when the library loads), taking the cores from the
+// thread pool that runs the next op. So every primitive runs on one OpenMP thread
+// (omp_set_num_threads(1), a per-thread setting), and a product worth `threads` threads is split
+// into that many blocks of rows (or columns) run on ThreadPool::global(), the caller included.
+// Called from inside a pool task, a product runs whole on the calling thread.
 //
 // Thread-safe: different threads may call gemm concurrently.
 #pragma once
@@ -35,14 +39,14 @@ struct Epilogue {
   bool accumulate = false;         // c += a x b (c's old values kept); no bias or relu with it
 };
 
-// c = epilogue(a x b) (c += a x b with accumulate) for dense row-major matrices, m, n, k >= 1;
-// `threads` >= 1 OpenMP threads. Returns false, having done nothing, when oneDNN has no optimised
-// kernel for the case.
+// c = epilogue(a x b) (c += a x b with accumulate) for dense row-major matrices, m, n, k >= 1,
+// on up to `threads` >= 1 threads. Returns false, having done nothing, when oneDNN has no
+// optimised kernel for the case.
 bool gemm(const GemmShape& shape, const Epilogue& epilogue, const void* a, const void* b, float* c,
           int threads);
 
 // What gemm would run for the case: the implementation name oneDNN reports ("brg:avx512_core",
 // "gemm:jit", ...), or "" when gemm would return false. For the benchmark and tests.
-const char* implementation(const GemmShape& shape, const Epilogue& epilogue, int threads);
+const char* implementation(const GemmShape& shape, const Epilogue& epilogue);
 
 }  // namespace dtensor::kernels::cpu::onednn

@@ -41,7 +41,7 @@ Tensor reference(const Tensor& a, const Tensor& b, const kernels::MatmulOptions&
 
 TEST_CASE("oneDNN has an optimised f32 kernel here", "[onednn]") {
   const kernels::cpu::onednn::GemmShape shape{16, 700, 784, false, false, DType::kF32};
-  const std::string impl = kernels::cpu::onednn::implementation(shape, {}, 1);
+  const std::string impl = kernels::cpu::onednn::implementation(shape, {});
   INFO(impl);
   CHECK(!impl.empty());
   CHECK(impl.find("ref") == std::string::npos);
