@@ -182,7 +182,10 @@ class OverlappedReduction {
     }
     open_->entries.push_back({index, g});
     open_->bytes += static_cast<double>(g.shard(0).nbytes());
-    if (open_->bytes >= cap_bytes_) start_open();
+    // Like PyTorch DDP, the first bucket is small (1 MiB at most), so that the reduction starts
+    // early in backward even for a model that fits one bucket whole.
+    const double cap = started_.empty() ? std::min(cap_bytes_, kFirstBucketBytes) : cap_bytes_;
+    if (open_->bytes >= cap) start_open();
     return true;
   }
 
@@ -243,6 +246,8 @@ class OverlappedReduction {
     started_.push_back(std::move(*open_));
     open_.reset();
   }
+
+  static constexpr double kFirstBucketBytes = 1 << 20;
 
   const double cap_bytes_;
   std::optional<Bucket> open_;

@@ -99,7 +99,9 @@ bool gradient_needed(size_t input);
 // gradient is a partial sum over mesh dims whose groups span processes (the data-parallel
 // all-reduce). Finished gradients are queued in buckets, in the order backward finishes them (the
 // same on every process); a bucket is sent as one nonblocking all-reduce (all_reduce_start) once
-// it holds bucket_cap_mb, and backward goes on meanwhile. At the end every bucket is waited for
+// it holds bucket_cap_mb (the first one: 1 MiB at most, as in PyTorch DDP, so that a small model
+// starts reducing before backward ends), and backward goes on meanwhile, letting the buckets in
+// flight progress after each record. At the end every bucket is waited for
 // and each gradient brought to its variable's layout. The local reduction over a process's devices
 // is the blocking path's, so results are bitwise those of the blocking reduction (with two
 // processes; with more, MPI may associate the sum differently for other message sizes).
