@@ -240,18 +240,22 @@ bool onednn_wins(const MatmulShape& s, const MatmulOptions& options) {
   return !(options.transpose_a && s.n < 32);
 }
 
-// c (+)= epilogue(a x b) over all batches through oneDNN, for f32 or bf16 operands and an f32
-// `out`; false, with nothing written, when oneDNN has no kernel for the case (every batch uses
-// the same primitive, so the first call decides).
-bool onednn_matmul(const MatmulShape& s, const Tensor& a, const Tensor& b,
-                   const MatmulOptions& options, const onednn::Epilogue& epilogue, Tensor& out) {
+// Whether an f32/bf16 product goes to oneDNN: checked before any output is allocated.
+bool use_onednn(const MatmulShape& s, const MatmulOptions& options) {
   // DTENSOR_ONEDNN=0 in the environment keeps every matmul on OpenBLAS (for A/B measurements).
   static const bool enabled = [] {
     const char* v = std::getenv("DTENSOR_ONEDNN");
     return v == nullptr || std::string(v) != "0";
   }();
+  return enabled && s.m > 0 && s.n > 0 && s.k > 0 && s.batch_count() > 0 && onednn_wins(s, options);
+}
+
+// c (+)= epilogue(a x b) over all batches through oneDNN (use_onednn said so), for f32 or bf16
+// operands and an f32 `out`; false, with nothing written, when oneDNN has no optimised kernel for
+// the case (every batch uses the same primitive, so the first call decides).
+bool onednn_matmul(const MatmulShape& s, const Tensor& a, const Tensor& b,
+                   const MatmulOptions& options, const onednn::Epilogue& epilogue, Tensor& out) {
   float* pc = out.data<float>();
-  if (!enabled || out.num_elements() == 0 || s.k == 0 || !onednn_wins(s, options)) return false;
   const int threads = onednn_threads(options);
   const auto* pa = static_cast<const char*>(a.raw_data());
   const auto* pb = static_cast<const char*>(b.raw_data());
@@ -291,7 +295,7 @@ void set_blas_threads(int n) {
 
 Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
   const MatmulShape s = matmul_shape("matmul", a, b, options);
-  if (a.dtype() == DType::kF32 || a.dtype() == DType::kBF16) {
+  if ((a.dtype() == DType::kF32 || a.dtype() == DType::kBF16) && use_onednn(s, options)) {
     Tensor out = Tensor::empty(s.out, DType::kF32, a.device());
     if (onednn_matmul(s, a, b, options, {}, out)) {
       return a.dtype() == DType::kBF16 ? internal::f32_to_bf16(out) : out;
@@ -338,7 +342,7 @@ void matmul_accumulate(const Tensor& a, const Tensor& b, Tensor& out,
     throw_error<InvalidArgumentError>(op, "output {} shares storage with an operand",
                                       describe(out));
   }
-  if (out.dtype() == DType::kF32) {
+  if (out.dtype() == DType::kF32 && use_onednn(s, options)) {
     onednn::Epilogue accumulate;
     accumulate.accumulate = true;
     if (onednn_matmul(s, a, b, options, accumulate, out)) return;
@@ -371,7 +375,7 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
                             unary_op_name(*activation), dtype_name(x.dtype()),
                             operand(x, options.transpose_a), operand(w, options.transpose_b));
   }
-  if (x.dtype() == DType::kF32 || x.dtype() == DType::kBF16) {
+  if ((x.dtype() == DType::kF32 || x.dtype() == DType::kBF16) && use_onednn(s, options)) {
     onednn::Epilogue epilogue;
     epilogue.bias = bias != nullptr ? bias->raw_data() : nullptr;
     epilogue.bias_dtype = x.dtype();
