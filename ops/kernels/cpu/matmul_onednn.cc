@@ -193,6 +193,47 @@ void execute(Entry& entry, dnnl::stream& stream, const void* a, const void* b, c
   if (status != dnnl_success) std::abort();
 }
 
+// One product split into `blocks` blocks of rows (or of columns, when c is wider than tall), each
+// run by one single-threaded primitive on the thread that picks it up.
+struct BlockSplit {
+  const GemmShape& shape;
+  const Epilogue& epilogue;
+  const Key& whole;
+  const void* a;
+  const void* b;
+  float* c;
+  int64_t blocks;
+
+  void run(int64_t i) const {
+    use_one_omp_thread();
+    const bool by_rows = shape.m >= shape.n;
+    const int64_t extent = by_rows ? shape.m : shape.n;
+    const int64_t begin = extent * i / blocks, end = extent * (i + 1) / blocks;
+    const size_t esize = shape.operands == DType::kBF16 ? 2 : 4;
+    const size_t bias_size = epilogue.bias_dtype == DType::kBF16 ? 2 : 4;
+    Key key = whole;
+    key.accept_reference = true;
+    const char* pa = static_cast<const char*>(a);
+    const char* pb = static_cast<const char*>(b);
+    const char* pbias = static_cast<const char*>(epilogue.bias);
+    float* pc = c;
+    if (by_rows) {
+      key.m = end - begin;
+      pa += static_cast<size_t>(begin * (shape.transpose_a ? 1 : shape.k)) * esize;
+      pc += begin * shape.n;
+    } else {
+      key.n = end - begin;
+      pb += static_cast<size_t>(begin * (shape.transpose_b ? shape.k : 1)) * esize;
+      pc += begin;
+      if (pbias != nullptr) pbias += static_cast<size_t>(begin) * bias_size;
+    }
+    Cache& mine = thread_cache();
+    Entry& block = mine.get(key);
+    if (!block.usable) std::abort();  // the whole product has a kernel, so its blocks do
+    execute(block, mine.stream(), pa, pb, pbias, pc);
+  }
+};
+
 // Below this many flops per block, waking the pool costs more than a second thread saves.
 constexpr double kSplitFlops = 4e6;
 
@@ -216,34 +257,9 @@ bool gemm(const GemmShape& shape, const Epilogue& epilogue, const void* a, const
     return true;
   }
   // Blocks of rows of c (rows of a) or, when c is wider than tall, of columns (columns of b).
-  const bool by_rows = shape.m >= shape.n;
-  const int64_t extent = by_rows ? shape.m : shape.n;
-  const size_t esize = shape.operands == DType::kBF16 ? 2 : 4;
-  const size_t bias_size = epilogue.bias_dtype == DType::kBF16 ? 2 : 4;
-  pool.parallel_for(blocks, [&](int64_t i) {
-    use_one_omp_thread();
-    const int64_t begin = extent * i / blocks, end = extent * (i + 1) / blocks;
-    Key key = whole;
-    key.accept_reference = true;
-    const char* pa = static_cast<const char*>(a);
-    const char* pb = static_cast<const char*>(b);
-    const char* pbias = static_cast<const char*>(epilogue.bias);
-    float* pc = c;
-    if (by_rows) {
-      key.m = end - begin;
-      pa += static_cast<size_t>(begin * (shape.transpose_a ? 1 : shape.k)) * esize;
-      pc += begin * shape.n;
-    } else {
-      key.n = end - begin;
-      pb += static_cast<size_t>(begin * (shape.transpose_b ? shape.k : 1)) * esize;
-      pc += begin;
-      if (pbias != nullptr) pbias += static_cast<size_t>(begin) * bias_size;
-    }
-    Cache& mine = thread_cache();
-    Entry& block = mine.get(key);
-    if (!block.usable) std::abort();  // the whole product has a kernel, so its blocks do
-    execute(block, mine.stream(), pa, pb, pbias, pc);
-  });
+  const BlockSplit split{shape, epilogue, whole, a, b, c, blocks};
+  // One captured reference: std::function keeps it inline, so the call allocates nothing.
+  pool.parallel_for(blocks, [&split](int64_t i) { split.run(i); });
   return true;
 }
 
