@@ -92,4 +92,26 @@ void note_untraced(const char* op, const std::vector<const DTensor*>& inputs,
 // True otherwise.
 bool gradient_needed(size_t input);
 
+// ---- Overlapped gradient reduction across processes ----
+//
+// In a job of several processes, GradientTape::gradient for DVariables starts the reduction of a
+// variable's gradient as soon as backward has finished it (no later record contributes), when the
+// gradient is a partial sum over mesh dims whose groups span processes (the data-parallel
+// all-reduce). Finished gradients are queued in buckets, in the order backward finishes them (the
+// same on every process); a bucket is sent as one nonblocking all-reduce (all_reduce_start) once
+// it holds bucket_cap_mb (the first one: 1 MiB at most, as in PyTorch DDP, so that a small model
+// starts reducing before backward ends), and backward goes on meanwhile, letting the buckets in
+// flight progress after each record. At the end every bucket is waited for
+// and each gradient brought to its variable's layout. The local reduction over a process's devices
+// is the blocking path's, so results are bitwise those of the blocking reduction (with two
+// processes; with more, MPI may associate the sum differently for other message sizes).
+struct GradientReductionOptions {
+  bool overlap = true;
+  double bucket_cap_mb = 25.0;  // like PyTorch DDP's bucket_cap_mb; > 0
+};
+
+// Process-wide; set before training (InvalidArgumentError for bucket_cap_mb <= 0 or not finite).
+void set_gradient_reduction_options(const GradientReductionOptions& options);
+GradientReductionOptions gradient_reduction_options();
+
 }  // namespace dtensor

@@ -181,6 +181,22 @@ const std::vector<OpCase>& op_cases() {
     }
     c.push_back({"matmul", "batched matmul", true, two_inputs({2, 3, 4}, {4, 5}, 0.1, 1),
                  [](const std::vector<DTensor>& v) { return matmul(v[0], v[1]); }});
+    c.push_back({"dense", "dense relu", true,
+                 [](Rng& rng) {
+                   return std::vector<Tensor>{signed_away_from_zero({3, 4}, rng, 0.1, 1),
+                                              signed_away_from_zero({4, 5}, rng, 0.1, 1),
+                                              signed_away_from_zero({5}, rng, 0.1, 1)};
+                 },
+                 [](const std::vector<DTensor>& v) {
+                   return dense(v[0], v[1], v[2], DenseActivation::kRelu);
+                 }});
+    c.push_back({"dense", "batched dense", true,
+                 [](Rng& rng) {
+                   return std::vector<Tensor>{signed_away_from_zero({2, 3, 4}, rng, 0.1, 1),
+                                              signed_away_from_zero({4, 5}, rng, 0.1, 1),
+                                              signed_away_from_zero({5}, rng, 0.1, 1)};
+                 },
+                 [](const std::vector<DTensor>& v) { return dense(v[0], v[1], v[2]); }});
 
     using Reduce = DTensor (*)(const DTensor&, std::vector<int64_t>, bool);
     const std::vector<std::pair<const char*, Reduce>> reductions = {{"reduce_sum", reduce_sum},

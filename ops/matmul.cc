@@ -82,6 +82,69 @@ DTensor matmul_forward(const DTensor& a, const DTensor& b, bool transpose_a, boo
       stacking);
 }
 
+// ---- dense: activation(x @ w + b) as one kernel ----
+
+DTensor dense_forward(const DTensor& x, const DTensor& w, const DTensor& b,
+                      DenseActivation activation) {
+  check_same_mesh("dense", {&x, &w, &b});
+  check_same_dtype("dense", x, w);
+  check_same_dtype("dense", x, b);
+  if (x.rank() < 2 || w.rank() != 2 || b.rank() != 1) {
+    throw_error<ShapeError>("dense", "need x of rank >= 2, w of rank 2 and b of rank 1: {}, {}, {}",
+                            x.short_string(), w.short_string(), b.short_string());
+  }
+  const int64_t rx = x.rank();
+  const int64_t k = x.shape()[rx - 1], n = w.shape()[1];
+  if (w.shape()[0] != k || b.shape()[0] != n) {
+    throw_error<ShapeError>("dense", "x [..., m, k], w [k, n] and b [n] do not fit: {}, {}, {}",
+                            x.short_string(), w.short_string(), b.short_string());
+  }
+  // matmul's letters (x's batch dims, then M, K; w's K, N) plus the bias on N.
+  const int nb = static_cast<int>(rx - 2);
+  const int lm = nb, ln = nb + 1, lk = nb + 2;
+  OperandDims dx{iota_letters(nb), false};
+  dx.letters.insert(dx.letters.end(), {lm, lk});
+  const OperandDims dw{{lk, ln}, false};
+  const OperandDims db{{ln}, false};
+  std::vector<int> out_letters = iota_letters(nb);
+  out_letters.push_back(lm);
+  out_letters.push_back(ln);
+  const bool relu_after = activation == DenseActivation::kRelu;
+  OpSignature sig{"dense", relu_after ? "relu" : "", {dx, dw, db}, out_letters, Linearity::kNone};
+  // A sharded K makes the product partial: the bias and the activation must wait for the sum,
+  // so that case runs unfused (the reduction happens where add needs it).
+  if (decide_sharding(sig, {&x, &w, &b})->output.is_partial()) {
+    DTensor y = add(matmul(x, w), b);
+    return relu_after ? relu(y) : y;
+  }
+  Shape out(x.shape().begin(), x.shape().end() - 1);
+  out.push_back(n);
+  const double flops = 2.0 * static_cast<double>(num_elements(out)) * static_cast<double>(k);
+  Stacking stacking;
+  if (rx == 2) stacking.rows_of = 0;  // rows of x are independent; w and b shared
+  const std::optional<kernels::UnaryOp> act =
+      relu_after ? std::optional<kernels::UnaryOp>(kernels::UnaryOp::kRelu) : std::nullopt;
+  return expand(
+      sig, {&x, &w, &b}, out, x.dtype(), flops,
+      [act](const Shards& s) {
+        return kernels::dense(s[0], s[1], &s[2], act, {false, false, local_blas_threads()});
+      },
+      stacking);
+}
+
+// 1 where y > 0, else 0, in y's dtype: ReLU's derivative read from its output (y > 0 exactly
+// where the pre-activation is).
+DTensor relu_mask(const DTensor& y) {
+  const int rank = static_cast<int>(y.rank());
+  OpSignature sig{"dense",
+                  "relu_grad",
+                  {OperandDims{iota_letters(rank), false}},
+                  iota_letters(rank),
+                  Linearity::kNone};
+  return expand(sig, {&y}, y.shape(), y.dtype(), static_cast<double>(num_elements(y.shape())),
+                [](const Shards& s) { return kernels::unary(kernels::UnaryOp::kReluGrad, s[0]); });
+}
+
 }  // namespace
 
 DTensor matmul(const DTensor& a, const DTensor& b, bool ta, bool tb) {
@@ -100,6 +163,22 @@ DTensor matmul(const DTensor& a, const DTensor& b, bool ta, bool tb) {
                              : (!ta ? matmul(g, a, true, false) : matmul(g, a, true, true));
             grads[1] = sum_to(gb, b.shape());
           }
+          return grads;
+        };
+      });
+}
+
+DTensor dense(const DTensor& x, const DTensor& w, const DTensor& b, DenseActivation activation) {
+  return recorded(
+      {&x, &w, &b}, [&] { return dense_forward(x, w, b, activation); },
+      [&](const DTensor& y) {
+        return [x, w, sb = b.shape(), y, activation](const DTensor& g) -> Grads {
+          // The gradient before the activation, then matmul's and add's VJPs.
+          const DTensor gz = activation == DenseActivation::kRelu ? mul(g, relu_mask(y)) : g;
+          Grads grads(3);
+          if (gradient_needed(0)) grads[0] = sum_to(matmul(gz, w, false, true), x.shape());
+          if (gradient_needed(1)) grads[1] = sum_to(matmul(x, gz, true, false), w.shape());
+          if (gradient_needed(2)) grads[2] = sum_to(gz, sb);
           return grads;
         };
       });

@@ -65,6 +65,18 @@ DTensor cast(const DTensor& x, DType dtype);
 DTensor matmul(const DTensor& a, const DTensor& b, bool transpose_a = false,
                bool transpose_b = false);
 
+// ---- Dense layer (ops/matmul.cc) ----
+
+enum class DenseActivation { kNone, kRelu };
+
+// activation(x @ w + b) for x [..., m, k], w [k, n] and b [n], all of one dtype: one kernel per
+// shard, with the bias and the ReLU fused into the gemm. Sharding as matmul's, the bias on n.
+// When the layouts make the product partial (k sharded), the bias and the activation wait for
+// the reduction: the result is then relu(add(matmul(x, w), b)) computed unfused. Gradients for
+// all three inputs (the ReLU mask read from the output).
+DTensor dense(const DTensor& x, const DTensor& w, const DTensor& b,
+              DenseActivation activation = DenseActivation::kNone);
+
 // ---- Reductions (ops/reductions.cc) ----
 
 // Reductions over `axes` (negative counts from the end; empty = all). Over a sharded axis the

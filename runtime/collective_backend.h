@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "runtime/reduce_op.h"
@@ -37,6 +38,19 @@ struct Group {
   int64_t size() const { return static_cast<int64_t>(devices.size()); }
   // Positions in `devices` of the members this process owns, ascending.
   std::vector<int64_t> local_positions() const;
+};
+
+// A collective started by CollectiveBackend::all_reduce_start and not finished yet. Every process
+// of the group finishes its starts in the order it made them. Owned by one thread at a time.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  // Lets the transport move data (MPI progresses a nonblocking collective only inside MPI calls)
+  // and says whether the results are ready. Never blocks.
+  virtual bool test() = 0;
+  // Blocks until done; then results[t] holds tensor t's results, as all_reduce returns them.
+  // Called once.
+  virtual std::vector<std::vector<Tensor>> wait() = 0;
 };
 
 class CollectiveBackend {
@@ -62,7 +76,36 @@ class CollectiveBackend {
   virtual std::vector<Tensor> broadcast(const Group& group, const std::vector<Tensor>& inputs,
                                         int64_t root) = 0;
   virtual void barrier(const Group& group) = 0;
+
+  // Starts a bucket of all-reduces over one group, to be finished by wait() while the caller
+  // computes: inputs[t] holds tensor t of each local member, as all_reduce takes them (shapes may
+  // differ between tensors; one dtype per tensor). The default runs the blocking all_reduce of
+  // each tensor now and returns them done: backends that cannot overlap need nothing more. MPI
+  // sends the bucket as one nonblocking call.
+  virtual std::unique_ptr<PendingCollective> all_reduce_start(
+      const Group& group, const std::vector<std::vector<Tensor>>& inputs, ReduceOp op);
 };
+
+// A collective whose results are there already (the blocking fallback of all_reduce_start).
+class CompletedCollective final : public PendingCollective {
+ public:
+  explicit CompletedCollective(std::vector<std::vector<Tensor>> results)
+      : results_(std::move(results)) {}
+  bool test() override { return true; }
+  std::vector<std::vector<Tensor>> wait() override { return std::move(results_); }
+
+ private:
+  std::vector<std::vector<Tensor>> results_;
+};
+
+inline std::unique_ptr<PendingCollective> CollectiveBackend::all_reduce_start(
+    const Group& group, const std::vector<std::vector<Tensor>>& inputs, ReduceOp op) {
+  std::vector<std::vector<Tensor>> results;
+  results.reserve(inputs.size());
+  for (const std::vector<Tensor>& members : inputs)
+    results.push_back(all_reduce(group, members, op));
+  return std::make_unique<CompletedCollective>(std::move(results));
+}
 
 // One result shared by every member in `inputs` (re-tagged with each member's device): how a
 // backend returns a replicated result stored once. Only members in the result's memory space can

@@ -225,6 +225,68 @@ std::vector<Tensor> broadcast(const Mesh& mesh, MeshDimMask dims, const std::vec
                      });
 }
 
+PendingAllReduce all_reduce_start(const Mesh& mesh, MeshDimMask dims,
+                                  const std::vector<std::vector<Tensor>>& tensors, ReduceOp op) {
+  for (const std::vector<Tensor>& shards : tensors) check_shards(mesh, shards, "all_reduce_start");
+  PendingAllReduce out;
+  out.num_tensors_ = tensors.size();
+  out.num_local_ = static_cast<size_t>(mesh.num_local_devices());
+  if (mesh.group_size(dims) == 1 || tensors.empty()) {
+    out.done_ = tensors;
+    return out;
+  }
+  CollectiveBackend& backend = collective_backend_for(mesh, "all_reduce_start");
+  AtomicStats& s = stats();
+  s.calls[static_cast<size_t>(CollectiveKind::kAllReduce)].fetch_add(1, std::memory_order_relaxed);
+  int64_t bytes = 0;
+  for (const std::vector<Tensor>& shards : tensors) {
+    for (const Tensor& t : shards) bytes += static_cast<int64_t>(t.nbytes());
+  }
+  s.bytes.fetch_add(bytes, std::memory_order_relaxed);
+  // One start per group holding local devices, in group order (the same on every process).
+  for (const auto& devices : mesh.groups(dims)) {
+    Group g{devices, {}, mesh.process_index()};
+    bool any_local = false;
+    for (int64_t d : devices) {
+      g.owners.push_back(mesh.owner_process(d));
+      any_local = any_local || mesh.is_local(d);
+    }
+    if (!any_local) continue;
+    PendingAllReduce::GroupInFlight flight;
+    for (int64_t p : g.local_positions()) {
+      flight.local_indices.push_back(static_cast<size_t>(mesh.local_index(g.devices[p])));
+    }
+    std::vector<std::vector<Tensor>> inputs(tensors.size());
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      for (size_t i : flight.local_indices) inputs[t].push_back(tensors[t][i]);
+    }
+    flight.pending = backend.all_reduce_start(g, inputs, op);
+    out.groups_.push_back(std::move(flight));
+  }
+  return out;
+}
+
+bool PendingAllReduce::test() {
+  bool done = true;
+  for (GroupInFlight& g : groups_) done = g.pending->test() && done;
+  return done;
+}
+
+std::vector<std::vector<Tensor>> PendingAllReduce::wait() {
+  if (groups_.empty()) return std::move(done_);
+  std::vector<std::vector<Tensor>> out(num_tensors_, std::vector<Tensor>(num_local_));
+  for (GroupInFlight& g : groups_) {
+    std::vector<std::vector<Tensor>> results = g.pending->wait();
+    for (size_t t = 0; t < results.size(); ++t) {
+      for (size_t i = 0; i < g.local_indices.size(); ++i) {
+        out[t][g.local_indices[i]] = std::move(results[t][i]);
+      }
+    }
+  }
+  groups_.clear();
+  return out;
+}
+
 void barrier(const Mesh& mesh) {
   if (CaptureHook* hook = CaptureHook::active()) {
     hook->shard_call("barrier", {}, [mesh](const std::vector<Tensor>&) {

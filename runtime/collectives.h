@@ -58,6 +58,39 @@ std::vector<Tensor> reduce_scatter(const Mesh& mesh, MeshDimMask dims,
 std::vector<Tensor> all_to_all(const Mesh& mesh, MeshDimMask dims,
                                const std::vector<Tensor>& shards, int64_t split_axis,
                                int64_t concat_axis);
+// A bucket of all-reduces in flight (all_reduce_start); move-only. wait() finishes it.
+class PendingAllReduce {
+ public:
+  PendingAllReduce() = default;
+  PendingAllReduce(PendingAllReduce&&) = default;
+  PendingAllReduce& operator=(PendingAllReduce&&) = default;
+
+  // Lets the transport progress; true once every group is done. Never blocks.
+  bool test();
+  // Blocks until done and returns, per tensor of the bucket, its new local shards (as all_reduce
+  // returns them). Called once.
+  std::vector<std::vector<Tensor>> wait();
+
+ private:
+  friend PendingAllReduce all_reduce_start(const Mesh&, MeshDimMask,
+                                           const std::vector<std::vector<Tensor>>&, ReduceOp);
+  struct GroupInFlight {
+    std::vector<size_t> local_indices;  // of the group's local members, in group order
+    std::unique_ptr<PendingCollective> pending;
+  };
+  std::vector<GroupInFlight> groups_;
+  std::vector<std::vector<Tensor>> done_;  // the results when nothing needed communication
+  size_t num_tensors_ = 0, num_local_ = 0;
+};
+
+// Starts the all-reduce of several mesh-wide values at once (a bucket: tensors[t] holds value t's
+// local shards) and returns while it runs, so that the caller can compute meanwhile: MPI sends
+// each group's bucket as one nonblocking call; backends that cannot overlap finish it here. The
+// results equal all_reduce's on each value. Counted as one all-reduce in CollectiveStats. Every
+// process makes the same starts in the same order, and waits for them in that order.
+PendingAllReduce all_reduce_start(const Mesh& mesh, MeshDimMask dims,
+                                  const std::vector<std::vector<Tensor>>& tensors, ReduceOp op);
+
 // `root` is a position within each group.
 std::vector<Tensor> broadcast(const Mesh& mesh, MeshDimMask dims, const std::vector<Tensor>& shards,
                               int64_t root);

@@ -106,6 +106,25 @@ std::vector<int64_t> at_dim(size_t rank, int64_t axis, int64_t offset) {
 Tensor byte_buffer(const Shape& shape) { return Tensor::empty(shape, DType::kBool); }
 char* bytes_of(Tensor& t) { return static_cast<char*>(t.raw_data()); }
 
+// The across-process stage of a bucket in flight; its results shared by the local members.
+class SharedWhenDone final : public PendingCollective {
+ public:
+  SharedWhenDone(std::unique_ptr<PendingCollective> across, std::vector<std::vector<Tensor>> inputs)
+      : across_(std::move(across)), inputs_(std::move(inputs)) {}
+  bool test() override { return across_->test(); }
+  std::vector<std::vector<Tensor>> wait() override {
+    std::vector<std::vector<Tensor>> sums = across_->wait();
+    std::vector<std::vector<Tensor>> out;
+    out.reserve(sums.size());
+    for (size_t t = 0; t < sums.size(); ++t) out.push_back(share_result(sums[t][0], inputs_[t]));
+    return out;
+  }
+
+ private:
+  std::unique_ptr<PendingCollective> across_;
+  std::vector<std::vector<Tensor>> inputs_;  // the local members' tensors (for their devices)
+};
+
 class HierarchicalBackend final : public CollectiveBackend {
  public:
   HierarchicalBackend(std::shared_ptr<CollectiveBackend> intra,
@@ -191,6 +210,22 @@ class HierarchicalBackend final : public CollectiveBackend {
     Tensor result =
         inter_->broadcast(leaders(group, view), {source}, static_cast<int64_t>(root_process))[0];
     return share_result(result, inputs);
+  }
+
+  std::unique_ptr<PendingCollective> all_reduce_start(
+      const Group& group, const std::vector<std::vector<Tensor>>& inputs, ReduceOp op) override {
+    ProcessView view = view_of(group);
+    if (view.single()) return intra_->all_reduce_start(group, inputs, op);
+    if (view.flat()) return inter_->all_reduce_start(group, inputs, op);
+    // As all_reduce: each tensor reduced over the local members now (the same reduction), then
+    // one bucket across processes, shared by the local members when it is done.
+    std::vector<std::vector<Tensor>> sums;
+    sums.reserve(inputs.size());
+    for (const std::vector<Tensor>& members : inputs) {
+      sums.push_back({reduce_local(group, view, members, op)});
+    }
+    return std::make_unique<SharedWhenDone>(
+        inter_->all_reduce_start(leaders(group, view), sums, op), inputs);
   }
 
   void barrier(const Group& group) override {

@@ -39,7 +39,15 @@ DTensor Dense::call(const DTensor& inputs, bool) {
   if (!built()) {
     throw_error<InvalidArgumentError>("Dense::call", "layer '{}' is not built", name_);
   }
-  DTensor y = add(matmul(inputs, kernel_->value()), bias_->value());
+  // dtensor::relu itself (the usual `Dense(n, relu)`) fuses into the dense op's gemm; any other
+  // activation runs after it. dense falls back to the unfused composition where the layouts
+  // make the product partial, so every layout gets relu(x @ w + b).
+  using Fn = DTensor (*)(const DTensor&);
+  const Fn* fn = activation_.target<Fn>();
+  if (fn != nullptr && *fn == static_cast<Fn>(&dtensor::relu)) {
+    return dense(inputs, kernel_->value(), bias_->value(), DenseActivation::kRelu);
+  }
+  DTensor y = dense(inputs, kernel_->value(), bias_->value());
   return activation_ ? activation_(y) : y;
 }
 

@@ -33,8 +33,8 @@ DTensor Mlp::operator()(const DTensor& images) const {
   DTensor h = images;
   const size_t layers = variables_.size() / 2;
   for (size_t i = 0; i < layers; ++i) {
-    h = add(matmul(h, variables_[2 * i].value()), variables_[2 * i + 1].value());
-    if (i + 1 < layers) h = relu(h);
+    h = dense(h, variables_[2 * i].value(), variables_[2 * i + 1].value(),
+              i + 1 < layers ? DenseActivation::kRelu : DenseActivation::kNone);
   }
   return h;
 }

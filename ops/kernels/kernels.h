@@ -21,10 +21,14 @@
 //   ShapeError for shapes that do not fit together, DTypeError for unsupported or mismatched
 //   dtypes, InvalidArgumentError for bad axes, indices, labels and other values.
 // - Threading: every kernel is single-threaded and stateless, so different threads may run kernels
-//   on different tensors concurrently. The exception is matmul (and dense), which runs inside
-//   OpenBLAS and uses its thread pool; OpenBLAS's thread count is process-global (OpenBLAS 0.3.21),
-//   so set it with set_blas_threads (or MatmulOptions::blas_threads, all devices agreeing on the
-//   value) before running devices in parallel.
+//   on different tensors concurrently. The exception is matmul (and dense, matmul_accumulate):
+//   f32 and bf16 products run through oneDNN (ops/kernels/cpu/matmul_onednn.h), split into up to
+//   MatmulOptions::blas_threads blocks on the runtime's thread pool (0: the last set_blas_threads
+//   value, else every core), with primitives cached per calling thread; f64 (and the shapes where
+//   OpenBLAS measured faster) run inside OpenBLAS and its thread pool, whose thread count is
+//   process-global (OpenBLAS 0.3.21), so set it with set_blas_threads (or blas_threads, all
+//   devices agreeing on the value) before running devices in parallel. DTENSOR_ONEDNN=0 in the
+//   environment keeps every product on OpenBLAS.
 #pragma once
 
 #include <cstdint>
@@ -75,8 +79,9 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 // ---- Matmul ----------------------------------------------------------------------------------
 
 // [m,k] x [k,n] -> [m,n], and batched [...,m,k] x [...,k,n] -> [...,m,n] with the batch dims
-// broadcast (a 2-D operand broadcasts over the other's batch). f32/f64 through cblas_sgemm /
-// cblas_dgemm, bf16 through f32, i32/i64 through a blocked loop (wrapping).
+// broadcast (a 2-D operand broadcasts over the other's batch). f32 and bf16 (f32 accumulation)
+// through oneDNN or cblas_sgemm, f64 through cblas_dgemm, i32/i64 through a blocked loop
+// (wrapping).
 Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options = {});
 
 // out += a x b, in place (gemm with beta = 1), to fuse partial sums. `out` must be f32 or f64
@@ -92,8 +97,10 @@ void matmul_accumulate(const Tensor& a, const Tensor& b, Tensor& out,
 void set_blas_threads(int n);
 
 // Fused y = activation(x @ w + bias): matmul's shapes and options, bias of shape [n] broadcast
-// along the rows (added by the gemm itself for f32/f64, with beta = 1), then the activation in
-// place. bias may be null and activation empty; the activation must support the dtype (DTypeError).
+// along the rows, then the activation. For f32 and bf16 one oneDNN primitive adds the bias and
+// applies a ReLU as post-ops (other activations run in place after it, in f32 for bf16); f64
+// starts the gemm from the bias rows (beta = 1). bias may be null and activation empty; the
+// activation must support the dtype (DTypeError).
 Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
              std::optional<UnaryOp> activation, const MatmulOptions& options = {});
 

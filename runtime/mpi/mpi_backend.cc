@@ -132,6 +132,67 @@ void concat_blocks(const char* received, const std::vector<int>& displs,
   }
 }
 
+// One MPI_Iallreduce in flight: the send buffer kept alive until it completes, the received
+// bucket split back into the tensors' shapes by wait(). MPI calls take the backend's lock, which
+// outlives this (the backend stays registered while collectives run).
+class MpiPending final : public PendingCollective {
+ public:
+  MpiPending(std::mutex& mu, Tensor send, const std::vector<std::vector<Tensor>>& inputs)
+      : mu_(mu),
+        send_(std::move(send)),
+        received_(Tensor::empty(send_.shape(), send_.dtype(), send_.device())) {
+    for (const std::vector<Tensor>& members : inputs) shapes_.push_back(members[0].shape());
+  }
+  // Never left running: its buffers die with it.
+  ~MpiPending() override {
+    if (!active_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+
+  Tensor& received() { return received_; }
+  MPI_Request* request() { return &request_; }
+  void started() { active_ = true; }
+
+  bool test() override {
+    if (!active_) return true;
+    int done = 0;
+    std::lock_guard<std::mutex> lock(mu_);
+    check_mpi(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), "all_reduce_start", "MPI_Test");
+    if (done) active_ = false;
+    return done != 0;
+  }
+
+  std::vector<std::vector<Tensor>> wait() override {
+    if (active_) {
+      std::lock_guard<std::mutex> lock(mu_);
+      active_ = false;
+      check_mpi(MPI_Wait(&request_, MPI_STATUS_IGNORE), "all_reduce_start", "MPI_Wait");
+    }
+    std::vector<std::vector<Tensor>> out;
+    if (shapes_.size() == 1) {
+      out.push_back({received_});  // sent from the tensor itself: its shape already
+      return out;
+    }
+    const char* at = static_cast<const char*>(received_.raw_data());
+    for (const Shape& shape : shapes_) {
+      Tensor t = Tensor::empty(shape, received_.dtype(), received_.device());
+      std::memcpy(t.raw_data(), at, t.nbytes());
+      at += t.nbytes();
+      out.push_back({std::move(t)});
+    }
+    return out;
+  }
+
+ private:
+  std::mutex& mu_;
+  Tensor send_;
+  Tensor received_;
+  std::vector<Shape> shapes_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  bool active_ = false;
+};
+
 class MpiBackend final : public CollectiveBackend {
  public:
   MpiBackend() = default;
@@ -318,6 +379,41 @@ class MpiBackend final : public CollectiveBackend {
                   MPI_BYTE, root_rank, comm),
         "broadcast", "MPI_Bcast");
     return {source};
+  }
+
+  std::unique_ptr<PendingCollective> all_reduce_start(
+      const Group& group, const std::vector<std::vector<Tensor>>& inputs, ReduceOp op) override {
+    for (const std::vector<Tensor>& members : inputs) {
+      require_one_member_per_process(group, members.size(), name(), "all_reduce_start");
+    }
+    if (inputs.empty()) return std::make_unique<CompletedCollective>(inputs);
+    const DType dtype = inputs[0][0].dtype();
+    for (const std::vector<Tensor>& members : inputs) {
+      // One MPI call carries one datatype: a mixed bucket takes the blocking path.
+      if (members[0].dtype() != dtype)
+        return CollectiveBackend::all_reduce_start(group, inputs, op);
+    }
+    // The bucket packed into one buffer (a single tensor is sent from where it is).
+    int64_t elements = 0;
+    for (const std::vector<Tensor>& members : inputs) elements += members[0].num_elements();
+    const int count = mpi_count(elements, "all_reduce_start");
+    Tensor send = inputs[0][0];
+    if (inputs.size() > 1) {
+      send = Tensor::empty({elements}, dtype, inputs[0][0].device());
+      char* at = bytes_of(send);
+      for (const std::vector<Tensor>& members : inputs) {
+        std::memcpy(at, members[0].raw_data(), members[0].nbytes());
+        at += members[0].nbytes();
+      }
+    }
+    auto pending = std::make_unique<MpiPending>(mu_, send, inputs);
+    std::lock_guard<std::mutex> lock(mu_);
+    MPI_Comm comm = comm_for(ranks_of(group));
+    check_mpi(MPI_Iallreduce(send.raw_data(), pending->received().raw_data(), count,
+                             mpi_type(dtype), mpi_op(op, dtype), comm, pending->request()),
+              "all_reduce_start", "MPI_Iallreduce");
+    pending->started();
+    return pending;
   }
 
   void barrier(const Group& group) override {

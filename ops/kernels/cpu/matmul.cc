@@ -1,14 +1,18 @@
-// Matrix multiplication: OpenBLAS gemm for floats, a blocked loop for integers, and the fused
-// dense layer.
+// Matrix multiplication: oneDNN for f32 and bf16 (with the dense layer's bias and ReLU fused),
+// OpenBLAS gemm for f64 and where oneDNN has no kernel, a blocked loop for integers.
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "ops/kernels/cpu/cpu_kernels.h"
 #include "ops/kernels/cpu/internal.h"
+#include "ops/kernels/cpu/matmul_onednn.h"
 
 namespace dtensor::kernels::cpu {
 namespace {
@@ -205,10 +209,75 @@ std::mutex& blas_mutex() {
   static std::mutex mu;
   return mu;
 }
-int last_blas_threads = 0;  // guarded by blas_mutex()
+// Written under blas_mutex(); oneDNN calls read it without the lock.
+std::atomic<int> last_blas_threads{0};
 
 void apply_threads(const MatmulOptions& options) {
   if (options.blas_threads > 0) set_blas_threads(options.blas_threads);
+}
+
+// The threads a oneDNN call gets: the option, else the last set_blas_threads value, else every
+// core.
+int onednn_threads(const MatmulOptions& options) {
+  if (options.blas_threads > 0) return options.blas_threads;
+  const int set = last_blas_threads.load(std::memory_order_relaxed);
+  if (set > 0) return set;
+  static const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return cores;
+}
+
+// Which backend runs an f32/bf16 product, from bench/matmul (oneDNN vs OpenBLAS GFLOP/s, both
+// called directly, alternating in one run; 2-core AVX-512 host, 2026-11-24, while others built,
+// so to be remeasured on a quiet machine). oneDNN won every seed-step shape but one, 1 thread:
+//   [16,784]x[784,700] 112 vs 78, [16,700]x[784,700]^T 88 vs 67, [784,16]^Tx[16,700] 101 vs 83,
+//   [128,784]x[784,700] 105 vs 87, [128,700]x[784,700]^T 101 vs 89, [784,128]^Tx[128,700] 104
+//   vs 96, [128,500]x[500,10] 72 vs 72, [128,10]x[500,10]^T 90 vs 70;
+// 2 threads (oneDNN's blocks on the pool) by 1.3x to 3.8x on the large ones, 2048^3 47 vs 45.
+// The exception is a transposed a with a narrow output, the last layer's weight gradient
+// [500,128]^T x [128,10]: 53 vs 88 GFLOP/s (at k = 16 they tie). So: OpenBLAS for aᵀb with
+// n < 32, oneDNN for everything else.
+bool onednn_wins(const MatmulShape& s, const MatmulOptions& options) {
+  return !(options.transpose_a && s.n < 32);
+}
+
+// Whether an f32/bf16 product goes to oneDNN: checked before any output is allocated.
+bool use_onednn(const MatmulShape& s, const MatmulOptions& options) {
+  // DTENSOR_ONEDNN=0 in the environment keeps every matmul on OpenBLAS (for A/B measurements).
+  static const bool enabled = [] {
+    const char* v = std::getenv("DTENSOR_ONEDNN");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return enabled && s.m > 0 && s.n > 0 && s.k > 0 && s.batch_count() > 0 && onednn_wins(s, options);
+}
+
+// c (+)= epilogue(a x b) over all batches through oneDNN (use_onednn said so), for f32 or bf16
+// operands and an f32 `out`; false, with nothing written, when oneDNN has no optimised kernel for
+// the case (every batch uses the same primitive, so the first call decides).
+bool onednn_matmul(const MatmulShape& s, const Tensor& a, const Tensor& b,
+                   const MatmulOptions& options, const onednn::Epilogue& epilogue, Tensor& out) {
+  float* pc = out.data<float>();
+  const int threads = onednn_threads(options);
+  const auto* pa = static_cast<const char*>(a.raw_data());
+  const auto* pb = static_cast<const char*>(b.raw_data());
+  const int64_t esize = static_cast<int64_t>(dtype_size(a.dtype()));
+  onednn::GemmShape g{s.m, s.n, s.k, options.transpose_a, options.transpose_b, a.dtype()};
+  const int64_t batches = s.batch_count();
+  // b shared by every batch and a untransposed: the batch folds into m, one large gemm.
+  bool b_shared = true, a_stacked = true;
+  for (int64_t i = 0; i < batches; ++i) {
+    b_shared = b_shared && s.b_batch_index[static_cast<size_t>(i)] == 0;
+    a_stacked = a_stacked && s.a_batch_index[static_cast<size_t>(i)] == i;
+  }
+  if (batches > 1 && b_shared && a_stacked && !g.transpose_a) {
+    g.m *= batches;
+    return onednn::gemm(g, epilogue, pa, pb, pc, threads);
+  }
+  for (int64_t i = 0; i < batches; ++i) {
+    const char* ai = pa + s.a_batch_index[static_cast<size_t>(i)] * s.m * s.k * esize;
+    const char* bi = pb + s.b_batch_index[static_cast<size_t>(i)] * s.k * s.n * esize;
+    if (!onednn::gemm(g, epilogue, ai, bi, pc + i * s.m * s.n, threads)) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -218,14 +287,20 @@ void set_blas_threads(int n) {
     throw_error<InvalidArgumentError>("set_blas_threads", "thread count must be >= 1, got {}", n);
   }
   std::lock_guard<std::mutex> lock(blas_mutex());
-  if (n != last_blas_threads) {
+  if (n != last_blas_threads.load(std::memory_order_relaxed)) {
     openblas_set_num_threads(n);
-    last_blas_threads = n;
+    last_blas_threads.store(n, std::memory_order_relaxed);
   }
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
   const MatmulShape s = matmul_shape("matmul", a, b, options);
+  if ((a.dtype() == DType::kF32 || a.dtype() == DType::kBF16) && use_onednn(s, options)) {
+    Tensor out = Tensor::empty(s.out, DType::kF32, a.device());
+    if (onednn_matmul(s, a, b, options, {}, out)) {
+      return a.dtype() == DType::kBF16 ? internal::f32_to_bf16(out) : out;
+    }
+  }
   apply_threads(options);
   const bool ta = options.transpose_a, tb = options.transpose_b;
   if (a.dtype() == DType::kBF16) {
@@ -267,6 +342,11 @@ void matmul_accumulate(const Tensor& a, const Tensor& b, Tensor& out,
     throw_error<InvalidArgumentError>(op, "output {} shares storage with an operand",
                                       describe(out));
   }
+  if (out.dtype() == DType::kF32 && use_onednn(s, options)) {
+    onednn::Epilogue accumulate;
+    accumulate.accumulate = true;
+    if (onednn_matmul(s, a, b, options, accumulate, out)) return;
+  }
   apply_threads(options);
   const bool ta = options.transpose_a, tb = options.transpose_b;
   if (mixed) {
@@ -294,6 +374,17 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
     throw_error<DTypeError>("dense", "activation {} does not support {}: {} x {}",
                             unary_op_name(*activation), dtype_name(x.dtype()),
                             operand(x, options.transpose_a), operand(w, options.transpose_b));
+  }
+  if ((x.dtype() == DType::kF32 || x.dtype() == DType::kBF16) && use_onednn(s, options)) {
+    onednn::Epilogue epilogue;
+    epilogue.bias = bias != nullptr ? bias->raw_data() : nullptr;
+    epilogue.bias_dtype = x.dtype();
+    epilogue.relu = activation == UnaryOp::kRelu;
+    Tensor out = Tensor::empty(s.out, DType::kF32, x.device());
+    if (onednn_matmul(s, x, w, options, epilogue, out)) {
+      if (activation && !epilogue.relu) internal::unary_in_place(*activation, out);
+      return x.dtype() == DType::kBF16 ? internal::f32_to_bf16(out) : out;
+    }
   }
   if (x.dtype() == DType::kBF16) {
     const Tensor fb = bias ? internal::bf16_to_f32(*bias) : Tensor();
