@@ -231,6 +231,14 @@ PendingAllReduce all_reduce_start(const Mesh& mesh, MeshDimMask dims,
   PendingAllReduce out;
   out.num_tensors_ = tensors.size();
   out.num_local_ = static_cast<size_t>(mesh.num_local_devices());
+  // Traced: each value's all-reduce is recorded as a blocking call (a captured step replays the
+  // same sums; a replayed bucket does not overlap).
+  if (CaptureHook::active() != nullptr && mesh.group_size(dims) > 1) {
+    for (const std::vector<Tensor>& shards : tensors) {
+      out.done_.push_back(all_reduce(mesh, dims, shards, op));
+    }
+    return out;
+  }
   if (mesh.group_size(dims) == 1 || tensors.empty()) {
     out.done_ = tensors;
     return out;
