@@ -127,15 +127,18 @@ void gemm(const char* op, const Geometry& g, const Tensor& a, bool ta, const Ten
           Tensor& out, double beta) {
   if (num_elements(g.out) == 0) return;
   if (is_integer(a.dtype())) {
-    if (!g.uniform) {
-      throw_error<UnimplementedError>(op,
-                                      "integer matmul on GPU needs batch dims that broadcast "
-                                      "uniformly: {} x {}",
-                                      describe(a), describe(b));
+    const size_t esize = dtype_size(a.dtype());
+    const int64_t batches = g.uniform ? 1 : num_elements(g.batch);
+    for (int64_t i = 0; i < batches; ++i) {
+      // Uniform batch strides go in one launch; other broadcasts launch once per batch.
+      const size_t ao = g.uniform ? 0 : static_cast<size_t>(g.a_offsets[static_cast<size_t>(i)]);
+      const size_t bo = g.uniform ? 0 : static_cast<size_t>(g.b_offsets[static_cast<size_t>(i)]);
+      cuda_launch::int_matmul(
+          code(a.dtype()), static_cast<const char*>(a.raw_data()) + ao * esize, g.a_stride, ta,
+          static_cast<const char*>(b.raw_data()) + bo * esize, g.b_stride, tb,
+          static_cast<char*>(out.raw_data()) + static_cast<size_t>(i * g.m * g.n) * esize,
+          g.uniform ? num_elements(g.batch) : 1, g.m, g.n, g.k, beta != 0, stream_of(a, op));
     }
-    cuda_launch::int_matmul(code(a.dtype()), a.raw_data(), g.a_stride, ta, b.raw_data(), g.b_stride,
-                            tb, out.raw_data(), num_elements(g.batch), g.m, g.n, g.k, beta != 0,
-                            stream_of(a, op));
     return;
   }
   cublasHandle_t h = handle_for(a, op);

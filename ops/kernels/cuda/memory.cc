@@ -6,6 +6,8 @@
 
 #include "ops/kernels/cuda/internal.h"
 #include "ops/kernels/gpu/gpu_kernels.h"
+#include "runtime/cuda/gpu_devices.h"
+#include "runtime/cuda/transfer.h"
 
 namespace dtensor::kernels::gpu {
 
@@ -24,13 +26,13 @@ void copy_box_elements(const Tensor& src, const std::vector<int64_t>& src_begin,
     to.strides[d] = ds[d];
     to.base += dst_begin[d] * ds[d];
   }
-  // Source and destination may be logical devices of one GPU: both on its one stream. A copy
-  // between physical GPUs relies on peer access through unified addressing, ordered by the
-  // source's stream finishing first.
+  // Logical devices of one GPU share its stream, so the copy is ordered after the source's
+  // writes. A source on another physical GPU comes over whole first (a peer copy).
+  const Tensor local = cuda::physical_gpu_of(src.device()) == cuda::physical_gpu_of(dst.device())
+                           ? src
+                           : cuda::to_device(src, dst.device());
   cudaStream_t stream = stream_of(dst, op);
-  if (stream != stream_of(src, op)) cudaStreamSynchronize(stream_of(src, op));
-  stream = stream_of(dst, op);
-  cuda_launch::strided_copy(static_cast<int>(dtype_size(src.dtype())), src.raw_data(), from,
+  cuda_launch::strided_copy(static_cast<int>(dtype_size(src.dtype())), local.raw_data(), from,
                             dst.raw_data(), to, n, stream);
 }
 

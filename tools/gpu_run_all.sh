@@ -1,0 +1,42 @@
+#!/bin/bash
+# The GPU suite of a bundle made by tools/gpu_bundle.sh (copied into it as run_all.sh): every test
+# binary, then every bench, then compute-sanitizer --tool memcheck over the tests. Logs go to
+# $OUT (the device tool's folder) or ./logs, and a summary line per step to stdout.
+#   run_all.sh [tests|benches|memcheck]...   (default: all three)
+set -uo pipefail
+DIR=$(cd "$(dirname "$0")" && pwd)
+LOGS=${OUT:-$DIR/logs}
+mkdir -p "$LOGS"
+export LD_LIBRARY_PATH="$DIR/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export PATH="/usr/local/cuda/bin:$PATH"
+STEPS=("$@")
+[[ ${#STEPS[@]} -eq 0 ]] && STEPS=(tests benches memcheck)
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -2
+status=0
+for step in "${STEPS[@]}"; do
+  case "$step" in
+    tests)
+      while read -r t; do
+        start=$(date +%s)
+        if "$DIR/bin/$t" >"$LOGS/$t.log" 2>&1; then r=PASS; else r=FAIL; status=1; fi
+        echo "$r $t ($(( $(date +%s) - start ))s): $(tail -2 "$LOGS/$t.log" | tr '\n' ' ' | cut -c1-200)"
+      done <"$DIR/tests.txt"
+      ;;
+    benches)
+      while read -r b; do
+        "$DIR/bin/$b" >"$LOGS/$b.log" 2>&1 || status=1
+        echo "== $b"; cat "$LOGS/$b.log"
+      done <"$DIR/benches.txt"
+      ;;
+    memcheck)
+      while read -r t; do
+        compute-sanitizer --tool memcheck --error-exitcode 3 "$DIR/bin/$t" \
+          >"$LOGS/$t.memcheck.log" 2>&1
+        r=$?
+        [[ $r -ne 0 ]] && status=1
+        echo "memcheck $t: exit $r; $(grep -E 'ERROR SUMMARY' "$LOGS/$t.memcheck.log" | tail -1)"
+      done <"$DIR/tests.txt"
+      ;;
+  esac
+done
+exit $status
