@@ -5,6 +5,7 @@
 //   tools/bazel run //examples/mnist:train                          # synthetic digits, batch=8
 //   tools/bazel run //examples/mnist:train -- --data_dir=/path/to/mnist --plot=/tmp/m.png
 //   tools/bazel run //examples/mnist:train -- --mesh=batch=2,model=4
+//   tools/bazel run --config=cuda //examples/mnist:train -- --device=gpu   # logical GPUs
 //
 // Flags: `--help` lists them with their defaults. With --data_dir, the four standard MNIST files
 // (gz or raw) are read; when only the t10k files are there, examples [0, 5000) train and
@@ -26,6 +27,7 @@
 #include "dtensor/virtual_devices.h"
 #include "examples/mnist/model.h"
 #include "ops/autograd.h"
+#include "ops/kernels/gpu/gpu_kernels.h"
 #include "ops/ops.h"
 
 namespace {
@@ -44,6 +46,7 @@ struct Flags {
   std::string metrics_out;
   std::string plot;
   std::string tensorboard_dir;
+  std::string device = "cpu";
 };
 
 // "batch=8" or "batch=2,model=4": the first dim shards the batch, a `model` dim the hidden layers.
@@ -82,6 +85,12 @@ void define_flags(cli::Flags& cli, Flags& f) {
                cli::PathKind::kOutputFile);
   cli.add_path("--plot", &f.plot, "PNG of loss and accuracy per epoch, train and test",
                cli::PathKind::kOutputFile);
+  cli.add_string("--device", &f.device,
+                 "cpu or gpu: the mesh's device type; gpu runs its devices as logical devices of "
+                 "the visible GPUs (a --config=cuda build)",
+                 [](const std::string& d) {
+                   return d == "cpu" || d == "gpu" ? "" : "expected cpu or gpu, got '" + d + "'";
+                 });
   cli.add_path("--tensorboard_dir", &f.tensorboard_dir,
                "folder for TensorBoard event files (loss and accuracy scalars per epoch)",
                cli::PathKind::kOutputDir);
@@ -135,12 +144,31 @@ struct EpochMetrics {
   double loss = 0, accuracy = 0;
 };
 
+// --device=gpu: batches are assembled on a host mesh of the same dims and their shards copied to
+// the GPU mesh's devices each step; scalars come back to the host to be reported.
+DTensor on_mesh(const DTensor& x, const Mesh& mesh) {
+  if (mesh.device_type() == DeviceType::kCPU) return x;
+  std::vector<Tensor> shards;
+  for (size_t i = 0; i < x.shards().size(); ++i) {
+    shards.push_back(
+        kernels::gpu::copy_to_gpu(x.shards()[i], mesh_device(mesh, mesh.local_device_ids()[i])));
+  }
+  return DTensor(x.shape(), x.dtype(), Layout(x.layout().sharding_specs(), mesh),
+                 std::move(shards));
+}
+
+float host_scalar(const DTensor& x) {
+  Tensor t = to_global(x);
+  if (t.device().type != DeviceType::kCPU) t = kernels::gpu::copy_to_host(t);
+  return t.data<float>()[0];
+}
+
 // Sum of per-example losses and of correct predictions in one batch.
 std::pair<double, double> batch_sums(const DTensor& logits, const DTensor& labels) {
   DTensor loss = reduce_sum(sparse_softmax_cross_entropy(logits, labels));
   DTensor correct =
       reduce_sum(cast(equal(cast(argmax(logits, 1), DType::kI32), labels), DType::kF32));
-  return {to_global(loss).data<float>()[0], to_global(correct).data<float>()[0]};
+  return {host_scalar(loss), host_scalar(correct)};
 }
 
 int run(int argc, char** argv, const Runtime& rt) {
@@ -158,7 +186,8 @@ int run(int argc, char** argv, const Runtime& rt) {
   }
   // Each process runs its block of the mesh: under `mpirun -np 2`, batch=8 is 4 devices each.
   configure_virtual_cpus(devices / rt.num_processes());
-  Mesh mesh = create_mesh(dims);
+  Mesh mesh = create_mesh(dims, flags.device == "gpu" ? DeviceType::kGPU : DeviceType::kCPU);
+  const Mesh host_mesh = flags.device == "gpu" ? create_mesh(dims) : mesh;
   // Every process computes the same global metrics; the first one reports them.
   const bool reporter = rt.process_index() == 0;
   const std::string batch_dim = dims[0].name;
@@ -173,9 +202,9 @@ int run(int argc, char** argv, const Runtime& rt) {
   Adam optimizer(flags.lr);
   std::vector<DVariable> vars = model.variables();
 
-  data::Dataset train(data.train, mesh, batch_dim);
+  data::Dataset train(data.train, host_mesh, batch_dim);
   train.cache().shuffle(flags.seed).batch(flags.batch_size).repeat(flags.epochs).prefetch(2);
-  data::Dataset test(data.test, mesh, batch_dim);
+  data::Dataset test(data.test, host_mesh, batch_dim);
   test.cache().batch(flags.batch_size).repeat(1);
 
   std::ofstream metrics;
@@ -193,11 +222,13 @@ int run(int argc, char** argv, const Runtime& rt) {
       std::optional<data::Batch> batch = train.next();
       GradientTape tape;
       for (const DVariable& v : vars) tape.watch(v);
-      DTensor logits = model(batch->features);
-      DTensor loss = reduce_mean(sparse_softmax_cross_entropy(logits, batch->labels));
+      const DTensor features = on_mesh(batch->features, mesh);
+      const DTensor labels = on_mesh(batch->labels, mesh);
+      DTensor logits = model(features);
+      DTensor loss = reduce_mean(sparse_softmax_cross_entropy(logits, labels));
       std::vector<DTensor> grads = tape.gradient(loss, vars);
       optimizer.apply(vars, grads);
-      auto [l, c] = batch_sums(logits, batch->labels);
+      auto [l, c] = batch_sums(logits, labels);
       loss_sum += l;
       correct += c;
       seen += batch->size;
@@ -209,7 +240,7 @@ int run(int argc, char** argv, const Runtime& rt) {
     double test_loss_sum = 0, test_correct = 0;
     int64_t test_seen = 0;
     while (auto batch = test.next()) {
-      auto [l, c] = batch_sums(model(batch->features), batch->labels);
+      auto [l, c] = batch_sums(model(on_mesh(batch->features, mesh)), on_mesh(batch->labels, mesh));
       test_loss_sum += l;
       test_correct += c;
       test_seen += batch->size;

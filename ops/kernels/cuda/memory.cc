@@ -163,6 +163,12 @@ void fill_random(Tensor& shard, const Shape& global_shape, const std::vector<int
                            stream_of(shard, fn));
 }
 
+Tensor copy_to_gpu(const Tensor& host, const Device& device) {
+  return cuda::to_device(host, device);
+}
+
+Tensor copy_to_host(const Tensor& tensor) { return cuda::to_host(tensor); }
+
 void sgd_update(const Tensor& var, const Tensor& grad, Tensor& var_out, double lr) {
   cuda_launch::sgd(code(var.dtype()), var.raw_data(), grad.raw_data(), var_out.raw_data(),
                    var.num_elements(), lr, stream_of(var, "SGD"));

@@ -109,6 +109,9 @@ void fill_random(Tensor&, const Shape&, const std::vector<int64_t>&, const Rando
                                                                : "truncated_normal");
 }
 
+Tensor copy_to_gpu(const Tensor&, const Device&) { not_built("copy_to_gpu"); }
+Tensor copy_to_host(const Tensor&) { not_built("copy_to_host"); }
+
 void sgd_update(const Tensor&, const Tensor&, Tensor&, double) { not_built("SGD"); }
 void sgd_momentum_update(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, double,
                          double, bool) {
