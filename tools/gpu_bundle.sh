@@ -62,6 +62,9 @@ done
 
 cp tools/gpu_run_all.sh "$OUT/run_all.sh"
 chmod +x "$OUT/run_all.sh"
-[[ -f bench/peers_gpu_step.py ]] && cp bench/peers_gpu_step.py "$OUT/"
+cp bench/peers_gpu_step.py "$OUT/"
+# MNIST for the example's GPU run (run_all.sh mnist), when this machine has it.
+MNIST=${MNIST_DIR:-/work/shared/data/mnist}
+if [[ -d "$MNIST" ]]; then mkdir -p "$OUT/data/mnist" && cp "$MNIST"/*-ubyte* "$OUT/data/mnist/"; fi
 tar cJf "$OUT.tar.xz" "$OUT"
 du -sh "$OUT" "$OUT.tar.xz"
