@@ -50,6 +50,11 @@ copy_target() {  # //pkg:name -> $OUT/bin/name
 : >"$OUT/tests.txt"
 : >"$OUT/benches.txt"
 for t in "${TESTS[@]}"; do copy_target "$t" >>"$OUT/tests.txt"; done
+# gpu_mesh_test runs twice: its [labels] cases may crash until ops/softmax.cc checks labels on
+# GPU meshes (see the test), and must not take the other cases down with them.
+if grep -qx gpu_mesh_test "$OUT/tests.txt"; then
+  sed -i 's/^gpu_mesh_test$/gpu_mesh_test ~[labels]\ngpu_mesh_test [labels]/' "$OUT/tests.txt"
+fi
 for t in "${BENCHES[@]}"; do copy_target "$t" >>"$OUT/benches.txt"; done
 for t in "${EXTRA[@]}"; do copy_target "$t" >/dev/null; done
 

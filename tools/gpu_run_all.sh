@@ -18,10 +18,11 @@ status=0
 for step in "${STEPS[@]}"; do
   case "$step" in
     tests)
-      while read -r t; do
+      while read -r t args; do
+        log="$LOGS/$t${args//[^a-z]/_}.log"
         start=$(date +%s)
-        if "$DIR/bin/$t" >"$LOGS/$t.log" 2>&1; then r=PASS; else r=FAIL; status=1; fi
-        echo "$r $t ($(( $(date +%s) - start ))s): $(tail -2 "$LOGS/$t.log" | tr '\n' ' ' | cut -c1-200)"
+        if "$DIR/bin/$t" $args >"$log" 2>&1; then r=PASS; else r=FAIL; status=1; fi
+        echo "$r $t $args ($(( $(date +%s) - start ))s): $(tail -2 "$log" | tr '\n' ' ' | cut -c1-200)"
       done <"$DIR/tests.txt"
       ;;
     benches)
@@ -44,12 +45,12 @@ for step in "${STEPS[@]}"; do
       done
       ;;
     memcheck)
-      while read -r t; do
-        compute-sanitizer --tool memcheck --error-exitcode 3 "$DIR/bin/$t" \
-          >"$LOGS/$t.memcheck.log" 2>&1
+      while read -r t args; do
+        log="$LOGS/$t${args//[^a-z]/_}.memcheck.log"
+        compute-sanitizer --tool memcheck --error-exitcode 3 "$DIR/bin/$t" $args >"$log" 2>&1
         r=$?
         [[ $r -ne 0 ]] && status=1
-        echo "memcheck $t: exit $r; $(grep -E 'ERROR SUMMARY' "$LOGS/$t.memcheck.log" | tail -1)"
+        echo "memcheck $t $args: exit $r; $(grep -E 'ERROR SUMMARY' "$log" | tail -1)"
       done <"$DIR/tests.txt"
       ;;
   esac

@@ -27,10 +27,22 @@ std::vector<Tensor> on_first_gpu(const std::vector<Tensor>& inputs) {
   return staged;
 }
 
+// Each member's own copy of `result` (the first member keeps `result`). Not one shared buffer:
+// the op layer treats shards that share storage as host memory it may stack rows of
+// (ops/expand.cc), which GPU memory is not.
 std::vector<Tensor> hand_out(const Tensor& result, const std::vector<Tensor>& inputs) {
   std::vector<Tensor> out;
   out.reserve(inputs.size());
-  for (const Tensor& in : inputs) out.push_back(place(result, in.device()));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Device& device = inputs[i].device();
+    if (i == 0) {
+      out.push_back(place(result, device));
+    } else if (same_gpu(result.device(), device)) {
+      out.push_back(result.with_device(device).clone());
+    } else {
+      out.push_back(to_device(result, device));
+    }
+  }
   return out;
 }
 

@@ -4,8 +4,8 @@
 // members' streams (the block kernels behind ops/kernels/memory.h): it stages members that sit on
 // other physical GPUs onto the first member's GPU (peer copies), reduces or concatenates there in
 // the CPU's pairwise order (so results are bit-identical to the CPU backend's), and hands each
-// member the result: retagged, without a copy, for logical devices of the same physical GPU (one
-// memory and one stream), copied to the member's GPU otherwise.
+// member its own copy of the result (a device-to-device copy on the GPU's one stream for logical
+// devices of the same GPU, a peer copy otherwise).
 //
 // register_gpu_collectives() installs it as the GPU intra-process backend (backend_registry.h);
 // NCCL, when registered, takes the groups that span processes. Call it once at start-up (tests,

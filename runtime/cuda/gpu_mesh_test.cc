@@ -138,10 +138,6 @@ TEST_CASE("GPU meshes of logical devices run every op like CPU meshes") {
       check_close(softmax(gl), softmax(cl), "softmax", 1e-5);
       check_close(log_softmax(ga, 0), log_softmax(ca, 0), "log_softmax 0", 1e-5);
       check_close(logsumexp(ga, 1), logsumexp(ca, 1), "logsumexp", 1e-5);
-      DTensor cy = put(y, Layout::batch_sharded(m.cpu, m.cpu.dims()[0].name, 1));
-      DTensor gy = put(y, Layout::batch_sharded(m.gpu, m.gpu.dims()[0].name, 1));
-      check_close(sparse_softmax_cross_entropy(gl, gy), sparse_softmax_cross_entropy(cl, cy),
-                  "xent", 1e-5);
       check_close(argmax(gl, 1), argmax(cl, 1), "argmax", 0);
       check_close(transpose(ga, {1, 0}), transpose(ca, {1, 0}), "transpose", 0);
       check_close(concat({ga, ga}, 1), concat({ca, ca}, 1), "concat", 0);
@@ -151,6 +147,23 @@ TEST_CASE("GPU meshes of logical devices run every op like CPU meshes") {
       DTensor cbeta = put(values({12}, 6), Layout::replicated(m.cpu, 1));
       DTensor gbeta = put(values({12}, 6), Layout::replicated(m.gpu, 1));
       check_close(layer_norm(ga, gg, gbeta), layer_norm(ca, cg, cbeta), "layer_norm", 1e-5);
+    }
+  }
+}
+
+// [labels]: sparse_softmax_cross_entropy checks labels on the host in ops/softmax.cc
+// (check_labels_in_range reads the shards directly), which GPU memory does not allow yet; run
+// these apart (run_all.sh does) so that a crash there does not hide the other cases.
+TEST_CASE("GPU cross-entropy on GPU meshes matches the CPU", "[labels]") {
+  for (const auto& dims : mesh_shapes()) {
+    MeshPair m = meshes(dims);
+    const Tensor logits = values({8, 6}, 7), y = labels(8, 6, 4);
+    for (const Layout& l : layouts2(m.cpu, false)) {
+      INFO(m.gpu.dims_string() << " logits " << l.short_string());
+      DTensor cy = put(y, Layout::batch_sharded(m.cpu, m.cpu.dims()[0].name, 1));
+      DTensor gy = put(y, Layout::batch_sharded(m.gpu, m.gpu.dims()[0].name, 1));
+      check_close(sparse_softmax_cross_entropy(put(logits, on(l, m.gpu)), gy),
+                  sparse_softmax_cross_entropy(put(logits, l), cy), "xent", 1e-5);
     }
   }
 }
@@ -189,7 +202,7 @@ TEST_CASE("Philox creation on GPU meshes gives the CPU's values") {
   }
 }
 
-TEST_CASE("gradients and an Adam step on a batch-sharded GPU mesh match the CPU") {
+TEST_CASE("gradients and an Adam step on a batch-sharded GPU mesh match the CPU", "[labels]") {
   for (const auto& dims : mesh_shapes()) {
     MeshPair m = meshes(dims);
     const std::string batch = m.cpu.dims()[0].name;
