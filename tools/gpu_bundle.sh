@@ -6,6 +6,10 @@
 #   tools/gpu_bundle.sh            # -> bazel-gpu-bundle/ and bazel-gpu-bundle.tar.xz
 #   (on the GPU machine)  tar xJf bazel-gpu-bundle.tar.xz && bazel-gpu-bundle/run_all.sh
 #
+# The device tool carries ignored paths of the checkout its session started in (not of a helper's
+# worktree): copy bazel-gpu-bundle.tar.xz into that checkout's root (the name is git-ignored there
+# too), name it in `carry`, and run the line above; $OUT then receives the logs.
+#
 # Libraries: everything ldd lists is copied except the C library family (libc, libm, libdl,
 # libpthread, librt, the loader: they must be the target's own) and the CUDA driver, runtime,
 # cuBLAS and NCCL, which the GPU machine has in the same major version (CUDA 13; the binaries'
