@@ -112,7 +112,7 @@ cc_library(
 cc_library(
     name = "cublas",
     deps = [":cudart"],
-    linkopts = ["-lcublas"],
+    linkopts = ["-lcublas", "-lcublasLt"],
 )
 
 cc_library(

@@ -5,6 +5,7 @@
 //   tools/bazel run //examples/mnist:train                          # synthetic digits, batch=8
 //   tools/bazel run //examples/mnist:train -- --data_dir=/path/to/mnist --plot=/tmp/m.png
 //   tools/bazel run //examples/mnist:train -- --mesh=batch=2,model=4
+//   tools/bazel run --config=cuda //examples/mnist:train -- --device=gpu   # logical GPUs
 //
 // The training step is captured (dtensor::function: traced on its first call, replayed after,
 // to the same bits); --eager runs it op by op instead. Each epoch prints the median step time.
@@ -33,6 +34,7 @@
 #include "dtensor/virtual_devices.h"
 #include "examples/mnist/model.h"
 #include "ops/autograd.h"
+#include "ops/kernels/gpu/gpu_kernels.h"
 #include "ops/ops.h"
 
 namespace {
@@ -52,6 +54,7 @@ struct Flags {
   std::string plot;
   std::string tensorboard_dir;
   bool eager = false;
+  std::string device = "cpu";
 };
 
 // "batch=8" or "batch=2,model=4": the first dim shards the batch, a `model` dim the hidden layers.
@@ -90,6 +93,12 @@ void define_flags(cli::Flags& cli, Flags& f) {
                cli::PathKind::kOutputFile);
   cli.add_path("--plot", &f.plot, "PNG of loss and accuracy per epoch, train and test",
                cli::PathKind::kOutputFile);
+  cli.add_string("--device", &f.device,
+                 "cpu or gpu: the mesh's device type; gpu runs its devices as logical devices of "
+                 "the visible GPUs (a --config=cuda build)",
+                 [](const std::string& d) {
+                   return d == "cpu" || d == "gpu" ? "" : "expected cpu or gpu, got '" + d + "'";
+                 });
   cli.add_path("--tensorboard_dir", &f.tensorboard_dir,
                "folder for TensorBoard event files (loss and accuracy scalars per epoch)",
                cli::PathKind::kOutputDir);
@@ -145,6 +154,25 @@ struct EpochMetrics {
   double loss = 0, accuracy = 0;
 };
 
+// --device=gpu: batches are assembled on a host mesh of the same dims and their shards copied to
+// the GPU mesh's devices each step; scalars come back to the host to be reported.
+DTensor on_mesh(const DTensor& x, const Mesh& mesh) {
+  if (mesh.device_type() == DeviceType::kCPU) return x;
+  std::vector<Tensor> shards;
+  for (size_t i = 0; i < x.shards().size(); ++i) {
+    shards.push_back(
+        kernels::gpu::copy_to_gpu(x.shards()[i], mesh_device(mesh, mesh.local_device_ids()[i])));
+  }
+  return DTensor(x.shape(), x.dtype(), Layout(x.layout().sharding_specs(), mesh),
+                 std::move(shards));
+}
+
+float host_scalar(const DTensor& x) {
+  Tensor t = to_global(x);
+  if (t.device().type != DeviceType::kCPU) t = kernels::gpu::copy_to_host(t);
+  return t.data<float>()[0];
+}
+
 // Sum of per-example losses and of correct predictions in one batch, as scalar DTensors.
 std::vector<DTensor> batch_sum_tensors(const DTensor& logits, const DTensor& labels) {
   DTensor loss = reduce_sum(sparse_softmax_cross_entropy(logits, labels));
@@ -154,7 +182,7 @@ std::vector<DTensor> batch_sum_tensors(const DTensor& logits, const DTensor& lab
 }
 
 std::pair<double, double> read_sums(const std::vector<DTensor>& sums) {
-  return {to_global(sums[0]).data<float>()[0], to_global(sums[1]).data<float>()[0]};
+  return {host_scalar(sums[0]), host_scalar(sums[1])};
 }
 
 std::pair<double, double> batch_sums(const DTensor& logits, const DTensor& labels) {
@@ -182,7 +210,8 @@ int run(int argc, char** argv, const Runtime& rt) {
   }
   // Each process runs its block of the mesh: under `mpirun -np 2`, batch=8 is 4 devices each.
   configure_virtual_cpus(devices / rt.num_processes());
-  Mesh mesh = create_mesh(dims);
+  Mesh mesh = create_mesh(dims, flags.device == "gpu" ? DeviceType::kGPU : DeviceType::kCPU);
+  const Mesh host_mesh = flags.device == "gpu" ? create_mesh(dims) : mesh;
   // Every process computes the same global metrics; the first one reports them.
   const bool reporter = rt.process_index() == 0;
   const std::string batch_dim = dims[0].name;
@@ -212,9 +241,9 @@ int run(int argc, char** argv, const Runtime& rt) {
       },
       step_options);
 
-  data::Dataset train(data.train, mesh, batch_dim);
+  data::Dataset train(data.train, host_mesh, batch_dim);
   train.cache().shuffle(flags.seed).batch(flags.batch_size).repeat(flags.epochs).prefetch(2);
-  data::Dataset test(data.test, mesh, batch_dim);
+  data::Dataset test(data.test, host_mesh, batch_dim);
   test.cache().batch(flags.batch_size).repeat(1);
 
   std::ofstream metrics;
@@ -232,7 +261,7 @@ int run(int argc, char** argv, const Runtime& rt) {
     for (int64_t b = 0; b < train.batches_per_epoch(); ++b) {
       std::optional<data::Batch> batch = train.next();
       const auto start = std::chrono::steady_clock::now();
-      std::vector<DTensor> sums = train_step({batch->features, batch->labels});
+      std::vector<DTensor> sums = train_step({on_mesh(batch->features, mesh), on_mesh(batch->labels, mesh)});
       step_ms.push_back(
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count());
@@ -248,7 +277,7 @@ int run(int argc, char** argv, const Runtime& rt) {
     double test_loss_sum = 0, test_correct = 0;
     int64_t test_seen = 0;
     while (auto batch = test.next()) {
-      auto [l, c] = batch_sums(model(batch->features), batch->labels);
+      auto [l, c] = batch_sums(model(on_mesh(batch->features, mesh)), on_mesh(batch->labels, mesh));
       test_loss_sum += l;
       test_correct += c;
       test_seen += batch->size;

@@ -28,7 +28,9 @@ class NoGpuAllocator final : public Allocator {
 
 }  // namespace
 
-Allocator& gpu_allocator() {
+// Weak, like ops/kernels/no_gpu: a GPU test of the default build links
+// //runtime/cuda:gpu_allocator beside this stub, and its definitions take precedence.
+[[gnu::weak]] Allocator& gpu_allocator() {
   static auto* allocator = new NoGpuAllocator;
   return *allocator;
 }
@@ -36,5 +38,5 @@ Allocator& gpu_allocator() {
 }  // namespace dtensor
 
 namespace dtensor {
-bool gpu_backend_built() { return false; }
+[[gnu::weak]] bool gpu_backend_built() { return false; }
 }  // namespace dtensor

@@ -63,6 +63,13 @@ void fill_value(Tensor& dst, double value);
 void fill_random(Tensor& shard, const Shape& global_shape, const std::vector<int64_t>& offset,
                  const RandomSpec& spec);
 
+// ---- Host <-> GPU copies (runtime/cuda/transfer.h in a CUDA build) ----
+// For device-neutral callers (examples) that move host batches onto a GPU mesh and read results
+// back: a new tensor on `device` holding `host`'s elements, and a new host tensor (CPU:0) holding
+// a GPU tensor's. The stub throws UnimplementedError ("built without CUDA").
+Tensor copy_to_gpu(const Tensor& host, const Device& device);
+Tensor copy_to_host(const Tensor& tensor);
+
 // ---- ops/kernels/optimizer_update.h ----
 void sgd_update(const Tensor& var, const Tensor& grad, Tensor& var_out, double lr);
 void sgd_momentum_update(const Tensor& var, const Tensor& grad, const Tensor& velocity,

@@ -1,0 +1,56 @@
+// The GPU allocator of a CUDA build: stream-ordered allocations (cudaMallocAsync) from each
+// physical GPU's default memory pool, whose release threshold gpu_devices.cc raises so that freed
+// blocks stay cached in the pool. A free is ordered after the work already issued on the device's
+// stream, and the next allocation on that stream reuses the block without a device sync: the same
+// reuse a caching allocator gives, kept by the driver.
+#include "runtime/allocator.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/gpu_devices.h"
+
+namespace dtensor {
+namespace {
+
+class CudaAllocator final : public Allocator {
+ public:
+  MemorySpace memory_space() const override { return MemorySpace::kGpu; }
+
+  void* allocate(size_t nbytes, const Device& device, const char* function) override {
+    cudaStream_t stream = cuda::activate(device, function);
+    void* data = nullptr;
+    // Pool blocks are at least 256-byte aligned, more than kAlignment.
+    cuda::check_cuda(cudaMallocAsync(&data, nbytes == 0 ? kAlignment : nbytes, stream),
+                     "cudaMallocAsync", function, &device);
+    return data;
+  }
+
+  void free(void* data, size_t, const Device& device) noexcept override {
+    try {
+      cudaFreeAsync(data, cuda::activate(device, "free"));
+    } catch (...) {
+      // Only reachable during a failing shutdown; the pool goes with the process.
+    }
+  }
+
+  void fill_zeros(void* data, size_t nbytes, const Device& device) override {
+    cudaStream_t stream = cuda::activate(device, "fill_zeros");
+    cuda::check_cuda(cudaMemsetAsync(data, 0, nbytes, stream), "cudaMemsetAsync", "fill_zeros",
+                     &device);
+  }
+
+  void copy(void* dst, const void* src, size_t nbytes, const Device& device) override {
+    cudaStream_t stream = cuda::activate(device, "copy");
+    cuda::check_cuda(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, stream),
+                     "cudaMemcpyAsync", "copy", &device);
+  }
+};
+
+}  // namespace
+
+Allocator& gpu_allocator() {
+  static auto* allocator = new CudaAllocator;
+  return *allocator;
+}
+
+bool gpu_backend_built() { return true; }
+
+}  // namespace dtensor

@@ -1,0 +1,58 @@
+#!/bin/bash
+# The GPU suite of a bundle made by tools/gpu_bundle.sh (copied into it as run_all.sh): every test
+# binary, then every bench (and the PyTorch peer step when torch imports), the MNIST example on a
+# GPU mesh (batch=1 and batch=8 logical devices; real MNIST when the bundle has it), and
+# compute-sanitizer --tool memcheck over the tests. Logs go to $OUT (the device tool's folder) or
+# ./logs, and a summary line per step to stdout.
+#   run_all.sh [tests|benches|mnist|memcheck]...   (default: all four)
+set -uo pipefail
+DIR=$(cd "$(dirname "$0")" && pwd)
+LOGS=${OUT:-$DIR/logs}
+mkdir -p "$LOGS"
+export LD_LIBRARY_PATH="$DIR/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export PATH="/usr/local/cuda/bin:$PATH"
+STEPS=("$@")
+[[ ${#STEPS[@]} -eq 0 ]] && STEPS=(tests benches mnist memcheck)
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -2
+status=0
+for step in "${STEPS[@]}"; do
+  case "$step" in
+    tests)
+      while read -r t args; do
+        log="$LOGS/$t${args//[^a-z]/_}.log"
+        start=$(date +%s)
+        if "$DIR/bin/$t" $args >"$log" 2>&1; then r=PASS; else r=FAIL; status=1; fi
+        echo "$r $t $args ($(( $(date +%s) - start ))s): $(tail -2 "$log" | tr '\n' ' ' | cut -c1-200)"
+      done <"$DIR/tests.txt"
+      ;;
+    benches)
+      while read -r b; do
+        "$DIR/bin/$b" >"$LOGS/$b.log" 2>&1 || status=1
+        echo "== $b"; cat "$LOGS/$b.log"
+      done <"$DIR/benches.txt"
+      if python3 -c "import torch" 2>/dev/null; then
+        echo "== peers_gpu_step (PyTorch, same GPU)"
+        python3 "$DIR/peers_gpu_step.py" 2>&1 | tail -3
+      fi
+      ;;
+    mnist)
+      data=()
+      [[ -d "$DIR/data/mnist" ]] && data=(--data_dir="$DIR/data/mnist")
+      for mesh in batch=1 batch=8; do
+        "$DIR/bin/train" --device=gpu --mesh=$mesh "${data[@]}" --metrics_out="$LOGS/mnist_$mesh.jsonl" \
+          >"$LOGS/mnist_$mesh.log" 2>&1 || status=1
+        echo "== mnist $mesh: $(tail -1 "$LOGS/mnist_$mesh.log" | cut -c1-300)"
+      done
+      ;;
+    memcheck)
+      while read -r t args; do
+        log="$LOGS/$t${args//[^a-z]/_}.memcheck.log"
+        compute-sanitizer --tool memcheck --error-exitcode 3 "$DIR/bin/$t" $args >"$log" 2>&1
+        r=$?
+        [[ $r -ne 0 ]] && status=1
+        echo "memcheck $t $args: exit $r; $(grep -E 'ERROR SUMMARY' "$log" | tail -1)"
+      done <"$DIR/tests.txt"
+      ;;
+  esac
+done
+exit $status
