@@ -137,25 +137,30 @@ namespace {
 }
 
 // CNN ops.
-Tensor conv2d(const Tensor&, const Tensor&, const Conv2dParams&) { not_built("conv2d"); }
-Tensor conv2d_backprop_input(const Shape&, const Tensor&, const Tensor&, const Conv2dParams&) {
+[[gnu::weak]] Tensor conv2d(const Tensor&, const Tensor&, const Conv2dParams&) {
+  not_built("conv2d");
+}
+[[gnu::weak]] Tensor conv2d_backprop_input(const Shape&, const Tensor&, const Tensor&,
+                                           const Conv2dParams&) {
   not_built("conv2d_backprop_input");
 }
-Tensor conv2d_backprop_filter(const Tensor&, const Shape&, const Tensor&, const Conv2dParams&) {
+[[gnu::weak]] Tensor conv2d_backprop_filter(const Tensor&, const Shape&, const Tensor&,
+                                            const Conv2dParams&) {
   not_built("conv2d_backprop_filter");
 }
-Tensor max_pool2d(const Tensor&, const Pool2dParams&) { not_built("max_pool2d"); }
-Tensor max_pool2d_grad(const Tensor&, const Tensor&, const Pool2dParams&) {
+[[gnu::weak]] Tensor max_pool2d(const Tensor&, const Pool2dParams&) { not_built("max_pool2d"); }
+[[gnu::weak]] Tensor max_pool2d_grad(const Tensor&, const Tensor&, const Pool2dParams&) {
   not_built("max_pool2d_grad");
 }
-Tensor avg_pool2d(const Tensor&, const Pool2dParams&) { not_built("avg_pool2d"); }
-Tensor avg_pool2d_grad(const Shape&, const Tensor&, const Pool2dParams&) {
+[[gnu::weak]] Tensor avg_pool2d(const Tensor&, const Pool2dParams&) { not_built("avg_pool2d"); }
+[[gnu::weak]] Tensor avg_pool2d_grad(const Shape&, const Tensor&, const Pool2dParams&) {
   not_built("avg_pool2d_grad");
 }
-Tensor local_response_normalization(const Tensor&, const LrnParams&) {
+[[gnu::weak]] Tensor local_response_normalization(const Tensor&, const LrnParams&) {
   not_built("local_response_normalization");
 }
-Tensor local_response_normalization_grad(const Tensor&, const Tensor&, const LrnParams&) {
+[[gnu::weak]] Tensor local_response_normalization_grad(const Tensor&, const Tensor&,
+                                                       const LrnParams&) {
   not_built("local_response_normalization_grad");
 }
 
