@@ -5,7 +5,8 @@
 # quiet machine: the figures mean nothing while other jobs compete for the cores.
 #   bench/compare_cnn.sh [steps] [mesh...]        e.g. bench/compare_cnn.sh 30 batch=8 batch=1
 # TRAIN names our binary (default bazel-bin/examples/cifar10/train; build it first) and PYTHON
-# a Python with torch and numpy (default /work/peers-venv/bin/python).
+# a Python with torch and numpy (default $PEERS_VENV/bin/python, PEERS_VENV defaulting to a
+# peers-venv folder beside the checkout, as in the peers README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-30}
@@ -13,7 +14,7 @@ shift || true
 meshes=("$@")
 ((${#meshes[@]} > 0)) || meshes=(batch=8)
 train=${TRAIN:-bazel-bin/examples/cifar10/train}
-python=${PYTHON:-/work/peers-venv/bin/python}
+python=${PYTHON:-${PEERS_VENV:-$(cd .. && pwd)/peers-venv}/bin/python}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for mesh in "${meshes[@]}"; do

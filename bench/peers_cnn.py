@@ -18,7 +18,7 @@ size, so it gets 0.001 / 9 * 9.
       the example's recipe on Fashion-MNIST (28x28x1, no augmentation); one JSON line per epoch
       (train loss, test accuracy with the averaged weights, examples/sec)
 
-Needs torch and numpy (e.g. /work/peers-venv/bin/python bench/peers_cnn.py step).
+Needs torch and numpy (e.g. $PEERS_VENV/bin/python bench/peers_cnn.py step, a venv set up as in the peers README).
 """
 import argparse
 import gzip
