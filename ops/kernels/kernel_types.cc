@@ -1,6 +1,45 @@
 #include "ops/kernels/kernel_types.h"
 
+#include <fmt/format.h>
+
+#include "runtime/error.h"
+
 namespace dtensor::kernels {
+
+std::string describe(const Tensor& t) {
+  return fmt::format("{}{}", dtype_name(t.dtype()), shape_to_string(t.shape()));
+}
+
+std::string matmul_operand(const Tensor& t, bool transposed) {
+  return describe(t) + (transposed ? "^T" : "");
+}
+
+void check_accumulate_dtype(const Tensor& out) {
+  if (out.dtype() != DType::kF32 && out.dtype() != DType::kF64) {
+    throw_error<DTypeError>("matmul_accumulate", "output must be f32 or f64, got {}",
+                            describe(out));
+  }
+}
+
+void check_accumulate_output(const Tensor& a, const Tensor& b, const Tensor& out,
+                             const MatmulOptions& options, const Shape& expected) {
+  const char* op = "matmul_accumulate";
+  const bool mixed = a.dtype() == DType::kBF16 && out.dtype() == DType::kF32;
+  if (a.dtype() != out.dtype() && !mixed) {
+    throw_error<DTypeError>(op, "operands {} x {} do not match output {}",
+                            matmul_operand(a, options.transpose_a),
+                            matmul_operand(b, options.transpose_b), describe(out));
+  }
+  if (out.shape() != expected) {
+    throw_error<ShapeError>(op, "output {} does not match {} x {} (expected {})", describe(out),
+                            matmul_operand(a, options.transpose_a),
+                            matmul_operand(b, options.transpose_b), shape_to_string(expected));
+  }
+  if (out.shares_storage_with(a) || out.shares_storage_with(b)) {
+    throw_error<InvalidArgumentError>(op, "output {} shares storage with an operand",
+                                      describe(out));
+  }
+}
 
 std::string_view binary_op_name(BinaryOp op) {
   switch (op) {

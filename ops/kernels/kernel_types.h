@@ -1,7 +1,9 @@
 // The vocabulary of the kernel front (ops/kernels/kernels.h) shared by every backend: op
-// enums with their names, and option and result structs. Plain values, no state.
+// enums with their names, option and result structs, and the argument checks every backend makes
+// the same way (so their errors match word for word). Plain values, no state.
 #pragma once
 
+#include <string>
 #include <string_view>
 
 #include "runtime/tensor.h"
@@ -52,6 +54,18 @@ struct MatmulOptions {
   bool transpose_b = false;  // b holds [..., n, k]
   int blas_threads = 0;      // > 0: set_blas_threads(blas_threads) first; 0: leave the setting
 };
+
+// "f32[2,3]": a tensor as kernel errors name it; matmul_operand adds "^T" for a transposed operand.
+std::string describe(const Tensor& t);
+std::string matmul_operand(const Tensor& t, bool transposed);
+
+// matmul_accumulate's contract, checked by every backend: `out` is f32 or f64 (DTypeError), then
+// (once the backend has computed the product's shape `expected`) the operands' dtype matches out's
+// or is bf16 into f32 (DTypeError), out has shape `expected` (ShapeError), and out shares no
+// storage with an operand (InvalidArgumentError).
+void check_accumulate_dtype(const Tensor& out);
+void check_accumulate_output(const Tensor& a, const Tensor& b, const Tensor& out,
+                             const MatmulOptions& options, const Shape& expected);
 
 enum class ReduceKind { kSum, kMean, kMax, kMin, kProd };
 // "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod".

@@ -6,10 +6,6 @@
 
 namespace dtensor::kernels::cpu::internal {
 
-std::string describe(const Tensor& t) {
-  return fmt::format("{}{}", dtype_name(t.dtype()), shape_to_string(t.shape()));
-}
-
 std::string position_to_string(int64_t flat, const Shape& shape) {
   std::vector<int64_t> index(shape.size(), 0);
   for (size_t d = shape.size(); d-- > 0;) {

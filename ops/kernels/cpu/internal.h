@@ -10,11 +10,12 @@
 #include <type_traits>
 
 #include "ops/kernels/cpu/cpu_kernels.h"
+#include "ops/kernels/kernel_types.h"
 
 namespace dtensor::kernels::cpu::internal {
 
-// "f32[2,3]": dtype and shape, the way kernel messages name tensors.
-std::string describe(const Tensor& t);
+// "f32[2,3]" (ops/kernels/kernel_types.h).
+using kernels::describe;
 // The multi-index of flat position `flat` in `shape`, as "[1,0,2]".
 std::string position_to_string(int64_t flat, const Shape& shape);
 

@@ -19,10 +19,6 @@ namespace {
 
 using internal::describe;
 
-std::string operand(const Tensor& t, bool transposed) {
-  return describe(t) + (transposed ? "^T" : "");
-}
-
 // Shapes of one (possibly batched, broadcast) matmul, validated.
 struct MatmulShape {
   int64_t m = 0, n = 0, k = 0;
@@ -66,14 +62,16 @@ MatmulShape matmul_shape(const char* op, const Tensor& a, const Tensor& b,
                          const MatmulOptions& options) {
   const bool ta = options.transpose_a, tb = options.transpose_b;
   if (a.rank() < 2 || b.rank() < 2) {
-    throw_error<ShapeError>(op, "operands must have rank >= 2: {} x {}", operand(a, ta),
-                            operand(b, tb));
+    throw_error<ShapeError>(op, "operands must have rank >= 2: {} x {}", matmul_operand(a, ta),
+                            matmul_operand(b, tb));
   }
   if (a.dtype() != b.dtype()) {
-    throw_error<DTypeError>(op, "dtypes differ: {} x {}", operand(a, ta), operand(b, tb));
+    throw_error<DTypeError>(op, "dtypes differ: {} x {}", matmul_operand(a, ta),
+                            matmul_operand(b, tb));
   }
   if (a.dtype() == DType::kBool) {
-    throw_error<DTypeError>(op, "unsupported dtype bool: {} x {}", operand(a, ta), operand(b, tb));
+    throw_error<DTypeError>(op, "unsupported dtype bool: {} x {}", matmul_operand(a, ta),
+                            matmul_operand(b, tb));
   }
   if (options.blas_threads < 0) {
     throw_error<InvalidArgumentError>(op, "blas_threads must be >= 0, got {}",
@@ -86,18 +84,19 @@ MatmulShape matmul_shape(const char* op, const Tensor& a, const Tensor& b,
   const int64_t kb = tb ? b.dim(rb - 1) : b.dim(rb - 2);
   s.n = tb ? b.dim(rb - 2) : b.dim(rb - 1);
   if (s.k != kb) {
-    throw_error<ShapeError>(op, "inner dims differ: {} x {}", operand(a, ta), operand(b, tb));
+    throw_error<ShapeError>(op, "inner dims differ: {} x {}", matmul_operand(a, ta),
+                            matmul_operand(b, tb));
   }
   Shape a_batch(a.shape().begin(), a.shape().end() - 2);
   Shape b_batch(b.shape().begin(), b.shape().end() - 2);
   if (!internal::try_broadcast_shapes(a_batch, b_batch, &s.batch)) {
-    throw_error<ShapeError>(op, "batch dims do not broadcast: {} x {}", operand(a, ta),
-                            operand(b, tb));
+    throw_error<ShapeError>(op, "batch dims do not broadcast: {} x {}", matmul_operand(a, ta),
+                            matmul_operand(b, tb));
   }
   constexpr int64_t kMaxBlas = INT_MAX;
   if (s.m > kMaxBlas || s.n > kMaxBlas || s.k > kMaxBlas) {
     throw_error<InvalidArgumentError>(op, "matrix dims exceed the BLAS int range: {} x {}",
-                                      operand(a, ta), operand(b, tb));
+                                      matmul_operand(a, ta), matmul_operand(b, tb));
   }
   s.out = s.batch;
   s.out.push_back(s.m);
@@ -323,25 +322,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
 void matmul_accumulate(const Tensor& a, const Tensor& b, Tensor& out,
                        const MatmulOptions& options) {
   const char* op = "matmul_accumulate";
-  if (out.dtype() != DType::kF32 && out.dtype() != DType::kF64) {
-    throw_error<DTypeError>(op, "output must be f32 or f64, got {}", describe(out));
-  }
+  check_accumulate_dtype(out);
   const MatmulShape s = matmul_shape(op, a, b, options);
+  check_accumulate_output(a, b, out, options, s.out);
   const bool mixed = a.dtype() == DType::kBF16 && out.dtype() == DType::kF32;
-  if (a.dtype() != out.dtype() && !mixed) {
-    throw_error<DTypeError>(op, "operands {} x {} do not match output {}",
-                            operand(a, options.transpose_a), operand(b, options.transpose_b),
-                            describe(out));
-  }
-  if (out.shape() != s.out) {
-    throw_error<ShapeError>(op, "output {} does not match {} x {} (expected {})", describe(out),
-                            operand(a, options.transpose_a), operand(b, options.transpose_b),
-                            shape_to_string(s.out));
-  }
-  if (out.shares_storage_with(a) || out.shares_storage_with(b)) {
-    throw_error<InvalidArgumentError>(op, "output {} shares storage with an operand",
-                                      describe(out));
-  }
   if (out.dtype() == DType::kF32 && use_onednn(s, options)) {
     onednn::Epilogue accumulate;
     accumulate.accumulate = true;
@@ -373,7 +357,8 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
   if (activation && !internal::unary_supports(*activation, x.dtype())) {
     throw_error<DTypeError>("dense", "activation {} does not support {}: {} x {}",
                             unary_op_name(*activation), dtype_name(x.dtype()),
-                            operand(x, options.transpose_a), operand(w, options.transpose_b));
+                            matmul_operand(x, options.transpose_a),
+                            matmul_operand(w, options.transpose_b));
   }
   if ((x.dtype() == DType::kF32 || x.dtype() == DType::kBF16) && use_onednn(s, options)) {
     onednn::Epilogue epilogue;

@@ -67,10 +67,6 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   return out;
 }
 
-std::string describe(const Tensor& t) {
-  return fmt::format("{}{}", dtype_name(t.dtype()), shape_to_string(t.shape()));
-}
-
 void throw_dtype(const char* op, const Tensor& t) {
   throw_error<DTypeError>(op, "unsupported dtype {}: {}", dtype_name(t.dtype()), describe(t));
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ops/kernels/cuda/launch.h"
+#include "ops/kernels/kernel_types.h"
 #include "runtime/tensor.h"
 
 namespace dtensor::kernels::cuda_internal {
@@ -30,8 +31,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 // Row-major strides of a shape.
 std::vector<int64_t> strides_of(const Shape& shape);
 
-// "f32[2,3]", for messages.
-std::string describe(const Tensor& t);
+// "f32[2,3]" (ops/kernels/kernel_types.h).
+using kernels::describe;
 [[noreturn]] void throw_dtype(const char* op, const Tensor& t);
 // Axis in [-rank, rank) to [0, rank); InvalidArgumentError otherwise.
 // "axis 3 is out of range for f32[2,3]" otherwise.

@@ -41,10 +41,6 @@ cublasHandle_t handle_for(const Tensor& t, const char* op) {
   return h;
 }
 
-std::string operand(const Tensor& t, bool transposed) {
-  return describe(t) + (transposed ? "^T" : "");
-}
-
 struct Geometry {
   int64_t m, n, k;
   Shape batch, out;
@@ -72,14 +68,16 @@ bool uniform_stride(const std::vector<int64_t>& offsets, int64_t* stride) {
 Geometry geometry(const char* op, const Tensor& a, const Tensor& b, const MatmulOptions& o) {
   const bool ta = o.transpose_a, tb = o.transpose_b;
   if (a.rank() < 2 || b.rank() < 2) {
-    throw_error<ShapeError>(op, "operands must have rank >= 2: {} x {}", operand(a, ta),
-                            operand(b, tb));
+    throw_error<ShapeError>(op, "operands must have rank >= 2: {} x {}", matmul_operand(a, ta),
+                            matmul_operand(b, tb));
   }
   if (a.dtype() != b.dtype()) {
-    throw_error<DTypeError>(op, "dtypes differ: {} x {}", operand(a, ta), operand(b, tb));
+    throw_error<DTypeError>(op, "dtypes differ: {} x {}", matmul_operand(a, ta),
+                            matmul_operand(b, tb));
   }
   if (a.dtype() == DType::kBool) {
-    throw_error<DTypeError>(op, "unsupported dtype bool: {} x {}", operand(a, ta), operand(b, tb));
+    throw_error<DTypeError>(op, "unsupported dtype bool: {} x {}", matmul_operand(a, ta),
+                            matmul_operand(b, tb));
   }
   Geometry g;
   const int64_t ra = a.rank(), rb = b.rank();
@@ -88,15 +86,16 @@ Geometry geometry(const char* op, const Tensor& a, const Tensor& b, const Matmul
   const int64_t kb = tb ? b.dim(rb - 1) : b.dim(rb - 2);
   g.n = tb ? b.dim(rb - 2) : b.dim(rb - 1);
   if (g.k != kb) {
-    throw_error<ShapeError>(op, "inner dims differ: {} x {}", operand(a, ta), operand(b, tb));
+    throw_error<ShapeError>(op, "inner dims differ: {} x {}", matmul_operand(a, ta),
+                            matmul_operand(b, tb));
   }
   const Shape a_batch(a.shape().begin(), a.shape().end() - 2);
   const Shape b_batch(b.shape().begin(), b.shape().end() - 2);
   try {
     g.batch = broadcast_shapes(a_batch, b_batch, op);
   } catch (const ShapeError&) {
-    throw_error<ShapeError>(op, "batch dims do not broadcast: {} x {}", operand(a, ta),
-                            operand(b, tb));
+    throw_error<ShapeError>(op, "batch dims do not broadcast: {} x {}", matmul_operand(a, ta),
+                            matmul_operand(b, tb));
   }
   g.out = g.batch;
   g.out.push_back(g.m);
@@ -193,25 +192,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
 void matmul_accumulate(const Tensor& a, const Tensor& b, Tensor& out,
                        const MatmulOptions& options) {
   const char* op = "matmul_accumulate";
-  if (out.dtype() != DType::kF32 && out.dtype() != DType::kF64) {
-    throw_error<DTypeError>(op, "output must be f32 or f64, got {}", describe(out));
-  }
+  check_accumulate_dtype(out);
   const Geometry g = geometry(op, a, b, options);
-  const bool mixed = a.dtype() == DType::kBF16 && out.dtype() == DType::kF32;
-  if (a.dtype() != out.dtype() && !mixed) {
-    throw_error<DTypeError>(op, "operands {} x {} do not match output {}",
-                            operand(a, options.transpose_a), operand(b, options.transpose_b),
-                            describe(out));
-  }
-  if (out.shape() != g.out) {
-    throw_error<ShapeError>(op, "output {} does not match {} x {} (expected {})", describe(out),
-                            operand(a, options.transpose_a), operand(b, options.transpose_b),
-                            shape_to_string(g.out));
-  }
-  if (out.shares_storage_with(a) || out.shares_storage_with(b)) {
-    throw_error<InvalidArgumentError>(op, "output {} shares storage with an operand",
-                                      describe(out));
-  }
+  check_accumulate_output(a, b, out, options, g.out);
   gemm(op, g, a, options.transpose_a, b, options.transpose_b, out, 1.0);
 }
 
