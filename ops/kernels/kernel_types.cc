@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "runtime/error.h"
 
 namespace dtensor::kernels {
@@ -12,6 +14,46 @@ std::string describe(const Tensor& t) {
 
 std::string matmul_operand(const Tensor& t, bool transposed) {
   return describe(t) + (transposed ? "^T" : "");
+}
+
+namespace {
+template <typename E>
+struct Tag {
+  using type = E;
+};
+}  // namespace
+
+MatmulDims matmul_dims(const char* op, const Tensor& a, const Tensor& b,
+                       const MatmulOptions& options) {
+  const bool ta = options.transpose_a, tb = options.transpose_b;
+  auto fail = [&](auto tag, const char* what) {
+    throw_error<typename decltype(tag)::type>(op, "{}: {} x {}", what, matmul_operand(a, ta),
+                                              matmul_operand(b, tb));
+  };
+  if (a.rank() < 2 || b.rank() < 2) fail(Tag<ShapeError>{}, "operands must have rank >= 2");
+  if (a.dtype() != b.dtype()) fail(Tag<DTypeError>{}, "dtypes differ");
+  if (a.dtype() == DType::kBool) fail(Tag<DTypeError>{}, "unsupported dtype bool");
+  MatmulDims d;
+  const int64_t ra = a.rank(), rb = b.rank();
+  d.m = ta ? a.dim(ra - 1) : a.dim(ra - 2);
+  d.k = ta ? a.dim(ra - 2) : a.dim(ra - 1);
+  d.n = tb ? b.dim(rb - 2) : b.dim(rb - 1);
+  if (d.k != (tb ? b.dim(rb - 1) : b.dim(rb - 2))) fail(Tag<ShapeError>{}, "inner dims differ");
+  d.a_batch.assign(a.shape().begin(), a.shape().end() - 2);
+  d.b_batch.assign(b.shape().begin(), b.shape().end() - 2);
+  // Right-aligned broadcast: equal sizes, or 1 on either side.
+  d.batch.assign(std::max(d.a_batch.size(), d.b_batch.size()), 1);
+  for (size_t i = 0; i < d.batch.size(); ++i) {
+    const size_t r = d.batch.size() - 1 - i;
+    const int64_t x = i < d.a_batch.size() ? d.a_batch[d.a_batch.size() - 1 - i] : 1;
+    const int64_t y = i < d.b_batch.size() ? d.b_batch[d.b_batch.size() - 1 - i] : 1;
+    if (x != y && x != 1 && y != 1) fail(Tag<ShapeError>{}, "batch dims do not broadcast");
+    d.batch[r] = x == 1 ? y : x;
+  }
+  d.out = d.batch;
+  d.out.push_back(d.m);
+  d.out.push_back(d.n);
+  return d;
 }
 
 void check_accumulate_dtype(const Tensor& out) {

@@ -59,6 +59,16 @@ struct MatmulOptions {
 std::string describe(const Tensor& t);
 std::string matmul_operand(const Tensor& t, bool transposed);
 
+// The dims of a (possibly batched, broadcast) matmul a x b under `options`' transposes, validated
+// the same way by every backend: ranks >= 2, equal non-bool dtypes, equal inner dims, batch dims
+// that broadcast (errors name `op` and both operands). out = batch + [m, n].
+struct MatmulDims {
+  int64_t m = 0, n = 0, k = 0;
+  Shape a_batch, b_batch, batch, out;
+};
+MatmulDims matmul_dims(const char* op, const Tensor& a, const Tensor& b,
+                       const MatmulOptions& options);
+
 // matmul_accumulate's contract, checked by every backend: `out` is f32 or f64 (DTypeError), then
 // (once the backend has computed the product's shape `expected`) the operands' dtype matches out's
 // or is bf16 into f32 (DTypeError), out has shape `expected` (ShapeError), and out shares no

@@ -60,51 +60,27 @@ std::vector<int64_t> batch_indices(const Shape& batch, const Shape& operand_batc
 
 MatmulShape matmul_shape(const char* op, const Tensor& a, const Tensor& b,
                          const MatmulOptions& options) {
-  const bool ta = options.transpose_a, tb = options.transpose_b;
-  if (a.rank() < 2 || b.rank() < 2) {
-    throw_error<ShapeError>(op, "operands must have rank >= 2: {} x {}", matmul_operand(a, ta),
-                            matmul_operand(b, tb));
-  }
-  if (a.dtype() != b.dtype()) {
-    throw_error<DTypeError>(op, "dtypes differ: {} x {}", matmul_operand(a, ta),
-                            matmul_operand(b, tb));
-  }
-  if (a.dtype() == DType::kBool) {
-    throw_error<DTypeError>(op, "unsupported dtype bool: {} x {}", matmul_operand(a, ta),
-                            matmul_operand(b, tb));
-  }
   if (options.blas_threads < 0) {
     throw_error<InvalidArgumentError>(op, "blas_threads must be >= 0, got {}",
                                       options.blas_threads);
   }
+  const MatmulDims d = matmul_dims(op, a, b, options);
   MatmulShape s;
-  const int64_t ra = a.rank(), rb = b.rank();
-  s.m = ta ? a.dim(ra - 1) : a.dim(ra - 2);
-  s.k = ta ? a.dim(ra - 2) : a.dim(ra - 1);
-  const int64_t kb = tb ? b.dim(rb - 1) : b.dim(rb - 2);
-  s.n = tb ? b.dim(rb - 2) : b.dim(rb - 1);
-  if (s.k != kb) {
-    throw_error<ShapeError>(op, "inner dims differ: {} x {}", matmul_operand(a, ta),
-                            matmul_operand(b, tb));
-  }
-  Shape a_batch(a.shape().begin(), a.shape().end() - 2);
-  Shape b_batch(b.shape().begin(), b.shape().end() - 2);
-  if (!internal::try_broadcast_shapes(a_batch, b_batch, &s.batch)) {
-    throw_error<ShapeError>(op, "batch dims do not broadcast: {} x {}", matmul_operand(a, ta),
-                            matmul_operand(b, tb));
-  }
+  s.m = d.m;
+  s.n = d.n;
+  s.k = d.k;
+  s.batch = d.batch;
+  const bool ta = options.transpose_a, tb = options.transpose_b;
   constexpr int64_t kMaxBlas = INT_MAX;
   if (s.m > kMaxBlas || s.n > kMaxBlas || s.k > kMaxBlas) {
     throw_error<InvalidArgumentError>(op, "matrix dims exceed the BLAS int range: {} x {}",
                                       matmul_operand(a, ta), matmul_operand(b, tb));
   }
-  s.out = s.batch;
-  s.out.push_back(s.m);
-  s.out.push_back(s.n);
+  s.out = d.out;
   // An empty result needs no batches (and its batch dims may be huge when m or n is 0).
   if (num_elements(s.out) > 0) {
-    s.a_batch_index = batch_indices(s.batch, a_batch);
-    s.b_batch_index = batch_indices(s.batch, b_batch);
+    s.a_batch_index = batch_indices(s.batch, d.a_batch);
+    s.b_batch_index = batch_indices(s.batch, d.b_batch);
   }
   return s;
 }

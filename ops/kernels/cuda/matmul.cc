@@ -66,40 +66,15 @@ bool uniform_stride(const std::vector<int64_t>& offsets, int64_t* stride) {
 }
 
 Geometry geometry(const char* op, const Tensor& a, const Tensor& b, const MatmulOptions& o) {
-  const bool ta = o.transpose_a, tb = o.transpose_b;
-  if (a.rank() < 2 || b.rank() < 2) {
-    throw_error<ShapeError>(op, "operands must have rank >= 2: {} x {}", matmul_operand(a, ta),
-                            matmul_operand(b, tb));
-  }
-  if (a.dtype() != b.dtype()) {
-    throw_error<DTypeError>(op, "dtypes differ: {} x {}", matmul_operand(a, ta),
-                            matmul_operand(b, tb));
-  }
-  if (a.dtype() == DType::kBool) {
-    throw_error<DTypeError>(op, "unsupported dtype bool: {} x {}", matmul_operand(a, ta),
-                            matmul_operand(b, tb));
-  }
+  const MatmulDims d = matmul_dims(op, a, b, o);
   Geometry g;
-  const int64_t ra = a.rank(), rb = b.rank();
-  g.m = ta ? a.dim(ra - 1) : a.dim(ra - 2);
-  g.k = ta ? a.dim(ra - 2) : a.dim(ra - 1);
-  const int64_t kb = tb ? b.dim(rb - 1) : b.dim(rb - 2);
-  g.n = tb ? b.dim(rb - 2) : b.dim(rb - 1);
-  if (g.k != kb) {
-    throw_error<ShapeError>(op, "inner dims differ: {} x {}", matmul_operand(a, ta),
-                            matmul_operand(b, tb));
-  }
-  const Shape a_batch(a.shape().begin(), a.shape().end() - 2);
-  const Shape b_batch(b.shape().begin(), b.shape().end() - 2);
-  try {
-    g.batch = broadcast_shapes(a_batch, b_batch, op);
-  } catch (const ShapeError&) {
-    throw_error<ShapeError>(op, "batch dims do not broadcast: {} x {}", matmul_operand(a, ta),
-                            matmul_operand(b, tb));
-  }
-  g.out = g.batch;
-  g.out.push_back(g.m);
-  g.out.push_back(g.n);
+  g.m = d.m;
+  g.n = d.n;
+  g.k = d.k;
+  g.batch = d.batch;
+  g.out = d.out;
+  const Shape& a_batch = d.a_batch;
+  const Shape& b_batch = d.b_batch;
   if (num_elements(g.out) > 0) {
     g.a_offsets = batch_offsets(g.batch, a_batch, g.m * g.k);
     g.b_offsets = batch_offsets(g.batch, b_batch, g.k * g.n);
