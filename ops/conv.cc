@@ -396,14 +396,20 @@ DTensor conv2d_backprop_filter_forward(const DTensor& x, const Shape& filter_sha
   const kernels::Conv2dParams params = shapes.params;
   const int64_t opg = filter_shape[3] / options.groups;
   const Shape whole = filter_shape;
-  return expand(sig, {&x, &dy}, filter_shape, x.dtype(), conv_flops(shapes.out, filter_shape),
-                [params, opg, whole](const Shards& s) {
-                  const kernels::Conv2dParams local = local_params(params, s[1].shape()[3], opg);
-                  const Shape w_local = {whole[0], whole[1],
-                                         params.groups == 1 ? s[0].shape()[3] : whole[2],
-                                         s[1].shape()[3]};
-                  return kernels::conv2d_backprop_filter(s[0], w_local, s[1], local);
-                });
+  // The sum over N is batch-invariant (ops/expand.h): towers get one device's bits.
+  const double flops = conv_flops(shapes.out, filter_shape);
+  Stacking stacking;
+  stacking.contraction_axes = {0, 0};
+  stacking.chunk_rows = invariant_chunk_rows(x.shape()[0], flops);
+  return expand(
+      sig, {&x, &dy}, filter_shape, x.dtype(), flops,
+      [params, opg, whole](const Shards& s) {
+        const kernels::Conv2dParams local = local_params(params, s[1].shape()[3], opg);
+        const Shape w_local = {whole[0], whole[1], params.groups == 1 ? s[0].shape()[3] : whole[2],
+                               s[1].shape()[3]};
+        return kernels::conv2d_backprop_filter(s[0], w_local, s[1], local);
+      },
+      stacking);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <type_traits>
 
 #include "dtensor/trace_hook.h"
 #include "runtime/block.h"
@@ -184,7 +185,212 @@ bool run_contraction_stacked(const std::vector<const DTensor*>& inputs,
   return true;
 }
 
+// Sets this thread's BLAS budget for a scope (chunk calls run on one thread wherever they run).
+class BlasThreadsScope {
+ public:
+  explicit BlasThreadsScope(int threads) : saved_(blas_threads) { blas_threads = threads; }
+  ~BlasThreadsScope() { blas_threads = saved_; }
+  BlasThreadsScope(const BlasThreadsScope&) = delete;
+  BlasThreadsScope& operator=(const BlasThreadsScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+// Rows [begin, end) of dim 0 of `t`: a view, or a copy where a view would be misaligned.
+Tensor leading_rows(const Tensor& t, int64_t begin, int64_t end) {
+  if (std::optional<Tensor> view = t.leading_view(begin, end)) return std::move(*view);
+  Shape shape = t.shape();
+  shape[0] = end - begin;
+  Tensor out = Tensor::empty(shape, t.dtype(), t.device());
+  std::vector<int64_t> from(shape.size(), 0);
+  from[0] = begin;
+  copy_box(t, from, out, std::vector<int64_t>(shape.size(), 0), shape);
+  return out;
+}
+
+// out = the sum of `parts` (same shape and dtype), added in order in f64 and rounded once.
+template <typename T>
+void add_in_order(const std::vector<const Tensor*>& parts, Tensor& out) {
+  const int64_t n = out.num_elements();
+  std::vector<double> acc(static_cast<size_t>(n), 0.0);
+  for (const Tensor* part : parts) {
+    const T* p = part->data<T>();
+    for (int64_t i = 0; i < n; ++i) {
+      if constexpr (std::is_same_v<T, BFloat16>) {
+        acc[static_cast<size_t>(i)] += static_cast<double>(static_cast<float>(p[i]));
+      } else {
+        acc[static_cast<size_t>(i)] += static_cast<double>(p[i]);
+      }
+    }
+  }
+  T* o = out.data<T>();
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    for (int64_t i = 0; i < n; ++i)
+      o[i] = BFloat16(static_cast<float>(acc[static_cast<size_t>(i)]));
+  } else {
+    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(acc[static_cast<size_t>(i)]);
+  }
+}
+
+// Stacking::chunk_rows: fills `shards` (one per local device) and returns true, or returns false
+// having done nothing (the plain paths then run).
+bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& stacking,
+                     const Layout& output_layout, const Shape& output_shape, DType output_dtype,
+                     double work, const LocalKernel& kernel, std::vector<Tensor>& shards) {
+  if (inputs.empty() || stacking.contraction_axes.size() != inputs.size() ||
+      !is_floating(output_dtype) || ThreadPool::in_worker()) {
+    return false;
+  }
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (stacking.contraction_axes[k] != 0 || inputs[k]->rank() == 0) return false;
+  }
+  for (const PartialDim& p : output_layout.partial()) {
+    if (p.op != ReduceOp::kSum) return false;
+  }
+  const Mesh& mesh = output_layout.mesh();
+  // The chunk values are added on the host: GPU meshes keep the plain paths.
+  if (mesh.device_type() != DeviceType::kCPU) return false;
+  const size_t num_local = static_cast<size_t>(mesh.num_local_devices());
+  struct Group {
+    std::vector<size_t> members;             // local indices, in group order
+    std::vector<size_t> terms;               // the members whose term can be nonzero
+    std::vector<std::vector<Tensor>> parts;  // per part: its inputs
+    size_t first_chunk = 0, num_chunks = 0;
+    Tensor sum;
+  };
+  std::vector<Group> groups;
+  if (output_layout.is_partial()) {
+    for (const std::vector<int64_t>& ids : mesh.groups(output_layout.partial_mask())) {
+      Group g;
+      for (int64_t id : ids) {
+        if (mesh.is_local(id)) g.members.push_back(static_cast<size_t>(mesh.local_index(id)));
+      }
+      if (g.members.empty()) continue;
+      for (size_t m : g.members) {
+        bool zero = false;
+        for (const DTensor* in : inputs) zero = zero || in->shard(m).is_shared_zeros();
+        if (!zero) g.terms.push_back(m);
+      }
+      groups.push_back(std::move(g));
+    }
+  } else {
+    // Whole sums: devices reading the same buffers compute once.
+    for (size_t i = 0; i < num_local; ++i) {
+      Group* same = nullptr;
+      for (Group& g : groups) {
+        bool all = true;
+        for (const DTensor* in : inputs)
+          all = all && in->shard(i).is_same_as(in->shard(g.terms[0]));
+        if (all) same = &g;
+      }
+      if (same != nullptr) {
+        same->members.push_back(i);
+      } else {
+        groups.push_back(Group{{i}, {i}, {}, 0, 0, Tensor()});
+      }
+    }
+  }
+  // Parts: each term's shards when every term but the last holds whole chunks, else the terms
+  // put together. Everything is checked before any kernel runs.
+  const int64_t chunk = stacking.chunk_rows;
+  for (Group& g : groups) {
+    bool aligned = true;
+    for (size_t t = 0; t < g.terms.size(); ++t) {
+      const int64_t rows = inputs[0]->shard(g.terms[t]).dim(0);
+      for (const DTensor* in : inputs) {
+        if (in->shard(g.terms[t]).dim(0) != rows) return false;
+      }
+      aligned = aligned && (t + 1 == g.terms.size() || rows % chunk == 0);
+    }
+    if (aligned || g.terms.size() == 1) {
+      for (size_t m : g.terms) {
+        std::vector<Tensor> part;
+        for (const DTensor* in : inputs) part.push_back(in->shard(m));
+        g.parts.push_back(std::move(part));
+      }
+      continue;
+    }
+    std::vector<Tensor> joined;
+    for (const DTensor* in : inputs) {
+      std::optional<Tensor> all = concat_shards(*in, g.terms, 0);
+      if (!all) return false;
+      joined.push_back(std::move(*all));
+    }
+    g.parts.push_back(std::move(joined));
+  }
+  // The chunks of every group, in order.
+  std::vector<std::vector<Tensor>> chunk_args;
+  for (Group& g : groups) {
+    g.first_chunk = chunk_args.size();
+    for (const std::vector<Tensor>& part : g.parts) {
+      const int64_t rows = part[0].dim(0);
+      for (int64_t begin = 0; begin < rows || (begin == 0 && rows == 0); begin += chunk) {
+        const int64_t end = std::min(rows, begin + chunk);
+        std::vector<Tensor> args;
+        for (const Tensor& t : part) args.push_back(leading_rows(t, begin, end));
+        chunk_args.push_back(std::move(args));
+        if (rows == 0) break;
+      }
+    }
+    g.num_chunks = chunk_args.size() - g.first_chunk;
+  }
+  std::vector<Tensor> values(chunk_args.size());
+  auto run_chunk = [&](int64_t c) {
+    BlasThreadsScope one(1);
+    std::vector<const Tensor*> ptrs;
+    for (const Tensor& t : chunk_args[static_cast<size_t>(c)]) ptrs.push_back(&t);
+    values[static_cast<size_t>(c)] = kernel(Shards(ptrs.data()));
+  };
+  const int64_t n = static_cast<int64_t>(chunk_args.size());
+  if (n > 1 && work / static_cast<double>(n) >= kParallelWork) {
+    ThreadPool::global().parallel_for(n, run_chunk);
+  } else {
+    for (int64_t c = 0; c < n; ++c) run_chunk(c);
+  }
+  for (Group& g : groups) {
+    if (g.num_chunks == 0) continue;
+    if (g.num_chunks == 1) {
+      g.sum = values[g.first_chunk];
+      continue;
+    }
+    std::vector<const Tensor*> parts;
+    for (size_t c = g.first_chunk; c < g.first_chunk + g.num_chunks; ++c) {
+      parts.push_back(&values[c]);
+    }
+    g.sum =
+        Tensor::empty(values[g.first_chunk].shape(), output_dtype, values[g.first_chunk].device());
+    visit_dtype(output_dtype, [&](auto zero) {
+      using T = decltype(zero);
+      if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, BFloat16>) {
+        add_in_order<T>(parts, g.sum);
+      }
+    });
+  }
+  const auto& ids = mesh.local_device_ids();
+  shards.assign(num_local, Tensor());
+  for (const Group& g : groups) {
+    const size_t holder = g.terms.empty() ? g.members[0] : g.terms[0];
+    for (size_t m : g.members) {
+      const Device device{mesh.device_type(), ids[m]};
+      if (g.terms.empty() || (output_layout.is_partial() && m != holder)) {
+        shards[m] = Tensor::shared_zeros(output_layout.shard_shape(output_shape, ids[m]),
+                                         output_dtype, device);
+      } else {
+        shards[m] = g.sum.with_device(device);
+      }
+    }
+  }
+  return true;
+}
+
 }  // namespace
+
+int64_t invariant_chunk_rows(int64_t extent, double work, double small_work) {
+  constexpr int64_t kChunks = 8;
+  if (extent <= 0 || work < small_work) return std::max<int64_t>(extent, 1);
+  return (extent + kChunks - 1) / kChunks;
+}
 
 DTensor run_local(const std::vector<const DTensor*>& inputs, const Layout& output_layout,
                   const Shape& output_shape, DType output_dtype, double work,
@@ -202,6 +408,11 @@ DTensor run_local(const std::vector<const DTensor*>& inputs, const Layout& outpu
   }
   const Mesh& mesh = output_layout.mesh();
   std::vector<Tensor> shards;
+  if (stacking.chunk_rows > 0 && run_chunked_sum(inputs, stacking, output_layout, output_shape,
+                                                 output_dtype, work, kernel, shards)) {
+    return DTensor::from_trusted_shards(output_shape, output_dtype, output_layout,
+                                        std::move(shards));
+  }
   if (!stacking.contraction_axes.empty() &&
       run_contraction_stacked(inputs, stacking.contraction_axes, output_layout, output_shape,
                               output_dtype, work, kernel, shards)) {

@@ -43,7 +43,20 @@ struct Stacking {
   // (Tensor::shared_zeros), which reductions skip. The later all-reduce across the group only
   // moves the one sum; a group that spans processes sends one term per process.
   std::vector<int64_t> contraction_axes;
+  // > 0, with every contraction axis 0 and a floating output: the sum is batch-invariant. The
+  // kernel runs on chunks of this many rows of the contraction axis (counted from the start of
+  // the global axis), one BLAS thread each, and the chunk values add in order (in f64, rounded
+  // once). A partial group's members give their chunks without being put together when their
+  // shards start on chunk boundaries (are put together first otherwise), so one device and any
+  // in-process split of the axis compute the same bits: towers train exactly like one device.
+  int64_t chunk_rows = 0;
 };
+
+// The chunk of a batch-invariant sum over an axis of global size `extent` (Stacking::chunk_rows):
+// eight chunks, so that splits over 1, 2, 4 or 8 devices of a multiple of 8 fall on their
+// boundaries; `extent` itself (one chunk: the group is put together) when the whole sum is under
+// `small_work` elements, where chunk calls would cost more than the copy.
+int64_t invariant_chunk_rows(int64_t extent, double work, double small_work = 65536);
 
 // `inputs` are already in the layouts the rule chose; `work` estimates the flops (or bytes) of
 // the whole op, to decide between inline and parallel execution. While a step is captured

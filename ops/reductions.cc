@@ -33,15 +33,25 @@ DTensor reduce_forward(const char* name, ReduceKind kind, const DTensor& x,
   double count = 1;
   for (int64_t a : axes) count *= static_cast<double>(x.shape()[a]);
   const bool float_mean = is_mean && is_floating(x.dtype());
-  return expand(sig, {&in}, reduced_shape(x.shape(), axes, keepdims), x.dtype(),
-                static_cast<double>(x.num_elements()), [=](const Shards& s) {
-                  if (float_mean) {
-                    // Sum locally, divide by the global count: exact for partial and uneven shards.
-                    return kernels::scale(kernels::reduce(ReduceKind::kSum, s[0], axes, keepdims),
-                                          1.0 / count);
-                  }
-                  return kernels::reduce(kind, s[0], axes, keepdims);
-                });
+  // Float sums over the leading axis (a batch's) are batch-invariant (ops/expand.h): a sharded
+  // batch sums to one device's bits.
+  Stacking stacking;
+  if (sum_like && is_floating(x.dtype()) && !axes.empty() && axes.front() == 0) {
+    stacking.contraction_axes = {0};
+    stacking.chunk_rows = invariant_chunk_rows(x.shape()[0], static_cast<double>(x.num_elements()));
+  }
+  return expand(
+      sig, {&in}, reduced_shape(x.shape(), axes, keepdims), x.dtype(),
+      static_cast<double>(x.num_elements()),
+      [=](const Shards& s) {
+        if (float_mean) {
+          // Sum locally, divide by the global count: exact for partial and uneven shards.
+          return kernels::scale(kernels::reduce(ReduceKind::kSum, s[0], axes, keepdims),
+                                1.0 / count);
+        }
+        return kernels::reduce(kind, s[0], axes, keepdims);
+      },
+      stacking);
 }
 
 // The gradient of reduce_max/min: split equally among the elements equal to the extremum (TF,

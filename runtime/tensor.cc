@@ -31,7 +31,15 @@ Storage::Storage(size_t nbytes, ZeroPages) : nbytes_(nbytes), shared_zeros_(true
   if (data_ == MAP_FAILED) throw std::bad_alloc();
 }
 
+Storage::Storage(std::shared_ptr<Storage> parent, size_t offset, size_t nbytes)
+    : data_(static_cast<char*>(parent->data_) + offset),
+      nbytes_(nbytes),
+      device_(parent->device_),
+      space_(parent->space_),
+      parent_(std::move(parent)) {}
+
 Storage::~Storage() {
+  if (parent_) return;  // the parent owns the bytes
   if (mapped_ > 0) {
     ::munmap(data_, mapped_);
   } else {
@@ -141,6 +149,22 @@ Tensor Tensor::reshaped(const Shape& shape) const {
                             shape_to_string(shape));
   }
   return Tensor(shape, dtype_, device_, storage_);
+}
+
+std::optional<Tensor> Tensor::leading_view(int64_t begin, int64_t end) const {
+  if (shape_.empty() || begin < 0 || end < begin || end > shape_[0]) {
+    throw_error<ShapeError>("Tensor::leading_view", "rows [{}, {}) are outside {}", begin, end,
+                            to_string());
+  }
+  Shape shape = shape_;
+  shape[0] = end - begin;
+  const size_t row_bytes = shape_[0] == 0 ? 0 : nbytes() / static_cast<size_t>(shape_[0]);
+  const size_t offset = static_cast<size_t>(begin) * row_bytes;
+  if (offset % 64 != 0) return std::nullopt;
+  if (begin == 0 && end == shape_[0]) return *this;
+  auto view = std::shared_ptr<Storage>(
+      new Storage(storage_, offset, static_cast<size_t>(end - begin) * row_bytes));
+  return Tensor(shape, dtype_, device_, std::move(view));
 }
 
 std::string Tensor::to_string() const {

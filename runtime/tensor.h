@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "runtime/allocator.h"
@@ -39,12 +40,16 @@ class Storage {
   MemorySpace memory_space() const { return space_; }
   // True for the process-wide zero storage behind Tensor::shared_zeros.
   bool is_shared_zeros() const { return shared_zeros_; }
+  // True for bytes inside another storage (Tensor::leading_view), which this one keeps alive.
+  bool is_view() const { return parent_ != nullptr; }
 
  private:
   friend class Tensor;
   struct ZeroPages {};
   // Read-only zeros from anonymous memory: pages that are only read take no physical memory.
   Storage(size_t nbytes, ZeroPages);
+  // `nbytes` at byte `offset` of `parent`, which owns them.
+  Storage(std::shared_ptr<Storage> parent, size_t offset, size_t nbytes);
 
   void* data_;
   size_t nbytes_;
@@ -52,7 +57,8 @@ class Storage {
   Device device_;                   // the device whose memory holds data_
   MemorySpace space_ = MemorySpace::kHost;
   bool shared_zeros_ = false;
-  size_t mapped_ = 0;  // bytes mapped with mmap (unmapped, not freed), or 0
+  size_t mapped_ = 0;                // bytes mapped with mmap (unmapped, not freed), or 0
+  std::shared_ptr<Storage> parent_;  // a view's owner, or null
 };
 
 class Tensor {
@@ -105,8 +111,12 @@ class Tensor {
   Tensor with_device(Device device) const;
   // Same storage, other shape with the same number of elements.
   Tensor reshaped(const Shape& shape) const;
-  // True if no other Tensor shares this storage.
-  bool is_unique() const { return storage_.use_count() == 1; }
+  // Elements [begin, end) of dim 0 (rank >= 1) as a tensor reading this one's bytes, no copy;
+  // null when they would not start 64-byte aligned (the alignment every Storage promises).
+  // Meant for reading: a view is never unique, so copy-on-write code leaves it alone.
+  std::optional<Tensor> leading_view(int64_t begin, int64_t end) const;
+  // True if no other Tensor shares this storage (a view shares its parent's).
+  bool is_unique() const { return storage_.use_count() == 1 && !storage_->is_view(); }
   bool shares_storage_with(const Tensor& other) const { return storage_ == other.storage_; }
   // True if both handles view the same elements: same storage, shape and dtype (shared zeros of
   // different shapes share storage but are different tensors). Devices are ignored.

@@ -78,6 +78,33 @@ TEST_CASE("reshape keeps the element count") {
                        Catch::Message("[Tensor::reshaped] cannot reshape f32[2,6]@CPU:0 to [5]"));
 }
 
+TEST_CASE("leading_view reads rows in place, aligned, never unique, and outlives its parent") {
+  Tensor t = Tensor::empty({8, 16}, DType::kF32);  // rows of 64 bytes
+  for (int64_t i = 0; i < t.num_elements(); ++i) t.data<float>()[i] = static_cast<float>(i);
+  std::optional<Tensor> rows = t.leading_view(2, 5);
+  REQUIRE(rows.has_value());
+  CHECK(rows->shape() == Shape{3, 16});
+  CHECK(rows->data<float>()[0] == 32.0f);
+  CHECK(rows->raw_data() == static_cast<char*>(t.raw_data()) + 2 * 64);
+  CHECK_FALSE(rows->is_unique());  // copy-on-write code must not write through it
+  CHECK(t.leading_view(3, 3)->num_elements() == 0);
+  CHECK(t.leading_view(0, 8)->is_same_as(t));
+  // Rows of 12 bytes: row 1 would start misaligned, so there is no view.
+  Tensor narrow = Tensor::zeros({8, 3}, DType::kF32);
+  CHECK_FALSE(narrow.leading_view(1, 4).has_value());
+  CHECK(narrow.leading_view(0, 2).has_value());
+  // The view keeps the bytes alive after the parent handle is gone.
+  Tensor kept = *t.leading_view(7, 8);
+  t = Tensor();
+  CHECK(kept.data<float>()[15] == 127.0f);
+  CHECK_THROWS_MATCHES(
+      kept.leading_view(0, 2), ShapeError,
+      Catch::Message("[Tensor::leading_view] rows [0, 2) are outside f32[1,16]@CPU:0"));
+  CHECK_THROWS_MATCHES(
+      Tensor::zeros({}, DType::kF32).leading_view(0, 0), ShapeError,
+      Catch::Message("[Tensor::leading_view] rows [0, 0) are outside f32[]@CPU:0"));
+}
+
 TEST_CASE("negative dims are rejected") {
   CHECK_THROWS_MATCHES(Tensor::empty({2, -1}, DType::kF32), ShapeError,
                        Catch::Message("[Tensor::empty] negative dim in shape [2,-1]"));
