@@ -15,7 +15,50 @@ constexpr size_t kMaxElementSize = 8;
 
 }  // namespace
 
-void Segment::build(const std::vector<Call>& calls, const std::vector<bool>& later) {
+Segment::Segment(const std::vector<Call>& calls, const std::function<bool(int)>& read_later) {
+  std::vector<bool> later;
+  later.reserve(calls.size());
+  for (const Call& c : calls) later.push_back(read_later(c.output));
+  build(calls, later, read_later);
+}
+
+void Segment::plan_take_over(const std::vector<Call>& calls,
+                             const std::function<bool(int)>& read_later) {
+  // Per external input: the last call reading it, and whether every read is whole (kFull).
+  std::vector<int64_t> last_read(external_slots_.size(), -1);
+  std::vector<bool> whole(external_slots_.size(), true);
+  for (size_t o = 0; o < ops_.size(); ++o) {
+    for (int k = 0; k < ops_[o].arity; ++k) {
+      const Source& src = ops_[o].in[k];
+      if (src.kind != Source::Kind::kExternal) continue;
+      last_read[static_cast<size_t>(src.index)] = static_cast<int64_t>(o);
+      for (size_t d = 0; d < devices_; ++d) {
+        whole[static_cast<size_t>(src.index)] =
+            whole[static_cast<size_t>(src.index)] &&
+            operands_[(o * devices_ + d) * 2 + static_cast<size_t>(k)].mode ==
+                ElementwiseOperand::Mode::kFull;
+      }
+    }
+  }
+  std::vector<bool> taken(external_slots_.size(), false);
+  for (Written& w : written_) {
+    for (size_t x = 0; x < external_slots_.size(); ++x) {
+      // Read for the last time by an earlier call of the segment: each block has read it by the
+      // time this result's block is written, and later blocks are still untouched.
+      if (taken[x] || !whole[x] || last_read[x] < 0 || last_read[x] >= static_cast<int64_t>(w.op) ||
+          read_later(external_slots_[x]) ||
+          calls[static_cast<size_t>(last_read[x])].elementwise->dtype != w.dtype) {
+        continue;
+      }
+      taken[x] = true;
+      w.takes_over = static_cast<int32_t>(x);
+      break;
+    }
+  }
+}
+
+void Segment::build(const std::vector<Call>& calls, const std::vector<bool>& later,
+                    const std::function<bool(int)>& read_later) {
   devices_ = calls[0].elementwise->shapes.size();
   const Mesh& mesh = calls[0].layout.mesh();
   for (int64_t id : mesh.local_device_ids()) device_of_.push_back(Device{mesh.device_type(), id});
@@ -51,7 +94,7 @@ void Segment::build(const std::vector<Call>& calls, const std::vector<bool>& lat
     // The result takes a register only after the inputs were read: it never overlaps them.
     if (later[i]) {
       op.out = {Source::Kind::kWritten, static_cast<int32_t>(written_.size())};
-      written_.push_back({c.output, i, c.shape, e.dtype, c.layout});
+      written_.push_back({c.output, i, c.shape, e.dtype, c.layout, -1});
     } else {
       int32_t r;
       if (free_registers.empty()) {
@@ -83,6 +126,7 @@ void Segment::build(const std::vector<Call>& calls, const std::vector<bool>& lat
       }
     }
   }
+  plan_take_over(calls, read_later);
   for (size_t d = 0; d < devices_; ++d) {
     const int64_t n = num_elements(calls[0].elementwise->shapes[d]);
     int64_t period = 1;
@@ -98,6 +142,7 @@ void Segment::build(const std::vector<Call>& calls, const std::vector<bool>& lat
   external_data_.assign(external_slots_.size() * devices_, nullptr);
   written_data_.assign(written_.size() * devices_, nullptr);
   written_shards_.assign(written_.size(), {});
+  planned_.assign(written_.size() * devices_, Tensor());
   group_of_.assign(devices_, 0);
   first_of_group_.reserve(devices_);
 }
@@ -132,8 +177,7 @@ void Segment::run(std::vector<Slot>& slots) {
     std::vector<Tensor>& shards = written_shards_[w];
     shards.resize(devices_);
     for (size_t d : first_of_group_) {
-      shards[d] =
-          Tensor::empty(shapes_[written_[w].op * devices_ + d], written_[w].dtype, device_of_[d]);
+      shards[d] = output_buffer(w, d, slots);
       written_data_[w * devices_ + d] = static_cast<unsigned char*>(shards[d].raw_data());
     }
     for (size_t d = 0; d < devices_; ++d) {
@@ -147,6 +191,25 @@ void Segment::run(std::vector<Slot>& slots) {
         out.shape, out.dtype, out.layout, std::move(written_shards_[w]));
     written_shards_[w].clear();
   }
+}
+
+Tensor Segment::output_buffer(size_t w, size_t d, const std::vector<Slot>& slots) {
+  Tensor& planned = planned_[w * devices_ + d];
+  // The last replay's buffer, unless someone still holds it (a result the step returned, or a
+  // value stored in a variable): that one is theirs now.
+  if (planned.is_unique() && planned.num_elements() > 0) return planned;
+  // An input that dies here, held by no one else (not even another device), takes the result.
+  const int32_t x = written_[w].takes_over;
+  if (x >= 0) {
+    const Tensor& in =
+        slots[static_cast<size_t>(external_slots_[static_cast<size_t>(x)])].shards_of()[d];
+    if (in.is_unique() && in.device() == device_of_[d]) {
+      planned = Tensor();
+      return in;
+    }
+  }
+  planned = Tensor::empty(shapes_[written_[w].op * devices_ + d], written_[w].dtype, device_of_[d]);
+  return planned;
 }
 
 void Segment::run_device(size_t d) {

@@ -3,7 +3,9 @@
 // that fit the cache; for each block every call applies its kernel's own element routine
 // (ops/kernels/cpu/{unary,binary}.h), so the bits are eager's. Values used only inside the
 // segment live in per-block registers and are never materialised; values read after it (by a
-// later call or as a result of the step) are written into fresh shards. Devices whose inputs
+// later call or as a result of the step) are written into planned shards: the buffers of the last
+// replay when no one else holds them any more, else an input that dies in the segment and that no
+// one else holds (in place), else fresh ones. Devices whose inputs
 // are the same buffers (replicated operands) compute once and share the results, as eager does.
 //
 // Ownership: the segment owns its plan and scratch; run() reads and writes the program's slots.
@@ -11,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <numeric>
 #include <vector>
 
@@ -31,14 +34,8 @@ class Segment {
     Layout layout;
   };
 
-  // `read_later(slot)` tells whether a result is read after the segment (or returned).
-  template <typename ReadLater>
-  Segment(const std::vector<Call>& calls, const ReadLater& read_later) {
-    std::vector<bool> later;
-    later.reserve(calls.size());
-    for (const Call& c : calls) later.push_back(read_later(c.output));
-    build(calls, later);
-  }
+  // `read_later(slot)` tells whether a value is read after the segment (or returned, or kept).
+  Segment(const std::vector<Call>& calls, const std::function<bool(int)>& read_later);
 
   // Computes every call's result into `slots`: the results read later become DTensors there.
   void run(std::vector<Slot>& slots);
@@ -67,9 +64,15 @@ class Segment {
     Shape shape;
     DType dtype;
     Layout layout;
+    int32_t takes_over;  // an external input whose buffer may take this result, or -1
   };
 
-  void build(const std::vector<Call>& calls, const std::vector<bool>& later);
+  void build(const std::vector<Call>& calls, const std::vector<bool>& later,
+             const std::function<bool(int)>& read_later);
+  // Picks, for results written out, inputs that die in the segment to write them into.
+  void plan_take_over(const std::vector<Call>& calls, const std::function<bool(int)>& read_later);
+  // The buffer result `w` of device `d` is written into this replay (see the header comment).
+  Tensor output_buffer(size_t w, size_t d, const std::vector<Slot>& slots);
   void group_devices(const std::vector<Slot>& slots);
   void run_device(size_t device);
 
@@ -89,8 +92,11 @@ class Segment {
   std::vector<const unsigned char*> external_data_;  // [external * devices_ + device]
   std::vector<unsigned char*> written_data_;         // [written * devices_ + device]
   std::vector<std::vector<Tensor>> written_shards_;  // [written][device]
-  std::vector<size_t> first_of_group_;               // the devices that compute
-  std::vector<size_t> group_of_;                     // per device: its computing device
+  // Between replays: the buffers results were last written into, reused while no one else
+  // holds them. [written * devices_ + device]
+  std::vector<Tensor> planned_;
+  std::vector<size_t> first_of_group_;  // the devices that compute
+  std::vector<size_t> group_of_;        // per device: its computing device
 };
 
 }  // namespace dtensor::capture
