@@ -48,6 +48,17 @@ std::optional<ElementwiseCall> match_elementwise(const std::vector<ElementwiseNo
                                                  const std::vector<const DTensor*>& inputs,
                                                  const DTensor& out) {
   if (notes.empty() || inputs.empty() || inputs.size() > 2) return std::nullopt;
+  // One note per distinct output buffer and no others: a kernel that made temporaries through
+  // these kernels (or another thread's work meanwhile) leaves the call an opaque closure.
+  size_t distinct = 0;
+  for (size_t d = 0; d < out.shards().size(); ++d) {
+    bool seen = false;
+    for (size_t e = 0; e < d && !seen; ++e) {
+      seen = out.shard(d).raw_data() == out.shard(e).raw_data();
+    }
+    distinct += seen ? 0 : 1;
+  }
+  if (notes.size() != distinct) return std::nullopt;
   if (out.mesh().device_type() != DeviceType::kCPU) return std::nullopt;
   const size_t devices = out.shards().size();
   ElementwiseCall call{};

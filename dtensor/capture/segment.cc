@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include "runtime/thread_pool.h"
+
 #include "ops/kernels/cpu/binary.h"
 #include "ops/kernels/cpu/unary.h"
 
@@ -12,6 +14,9 @@ namespace {
 // Elements per block: a few values of this many 8-byte elements stay in the L1/L2 caches.
 constexpr int64_t kBlockElements = 2048;
 constexpr size_t kMaxElementSize = 8;
+// Per computation, below this many element operations the pool costs more than it saves (the
+// threshold of run_local, ops/expand.cc).
+constexpr double kParallelWork = 2e5;
 
 }  // namespace
 
@@ -137,8 +142,10 @@ void Segment::build(const std::vector<Call>& calls, const std::vector<bool>& lat
     block_.push_back(block);
     most_block_ = std::max(most_block_, block);
   }
-  scratch_.assign(
-      static_cast<size_t>(num_registers_) * static_cast<size_t>(most_block_) * kMaxElementSize, 0);
+  // Registers per device: computations may run on several threads at once.
+  scratch_.assign(devices_ * static_cast<size_t>(num_registers_) *
+                      static_cast<size_t>(most_block_) * kMaxElementSize,
+                  0);
   external_data_.assign(external_slots_.size() * devices_, nullptr);
   written_data_.assign(written_.size() * devices_, nullptr);
   written_shards_.assign(written_.size(), {});
@@ -184,7 +191,16 @@ void Segment::run(std::vector<Slot>& slots) {
       if (group_of_[d] != d) shards[d] = shards[group_of_[d]].with_device(device_of_[d]);
     }
   }
-  for (size_t d : first_of_group_) run_device(d);
+  // As run_local does: computations big enough to pay for waking the pool run on it.
+  const int64_t groups = static_cast<int64_t>(first_of_group_.size());
+  const double work =
+      static_cast<double>(elements_[first_of_group_[0]]) * static_cast<double>(ops_.size());
+  if (groups > 1 && work >= kParallelWork && !ThreadPool::in_worker()) {
+    ThreadPool::global().parallel_for(
+        groups, [this](int64_t g) { run_device(first_of_group_[static_cast<size_t>(g)]); });
+  } else {
+    for (size_t d : first_of_group_) run_device(d);
+  }
   for (size_t w = 0; w < written_.size(); ++w) {
     const Written& out = written_[w];
     slots[static_cast<size_t>(out.slot)].value = DTensor::from_trusted_shards(
@@ -216,6 +232,8 @@ void Segment::run_device(size_t d) {
   const int64_t n_all = elements_[d];
   const int64_t block = block_[d];
   const size_t register_bytes = static_cast<size_t>(most_block_) * kMaxElementSize;
+  unsigned char* registers =
+      scratch_.data() + d * static_cast<size_t>(num_registers_) * register_bytes;
   const unsigned char* const* external = external_data_.data();
   unsigned char* const* written = written_data_.data();
   for (int64_t b = 0; b < n_all; b += block) {
@@ -227,7 +245,7 @@ void Segment::run_device(size_t d) {
       auto operand = [&](int k, int64_t r) -> const unsigned char* {
         const Source& src = op.in[k];
         if (src.kind == Source::Kind::kRegister) {
-          return scratch_.data() + static_cast<size_t>(src.index) * register_bytes +
+          return registers + static_cast<size_t>(src.index) * register_bytes +
                  static_cast<size_t>(r) * es;
         }
         const unsigned char* base = src.kind == Source::Kind::kExternal
@@ -244,11 +262,10 @@ void Segment::run_device(size_t d) {
         }
         return base;
       };
-      unsigned char* out =
-          op.out.kind == Source::Kind::kRegister
-              ? scratch_.data() + static_cast<size_t>(op.out.index) * register_bytes
-              : written[static_cast<size_t>(op.out.index) * devices_ + d] +
-                    static_cast<size_t>(b) * es;
+      unsigned char* out = op.out.kind == Source::Kind::kRegister
+                               ? registers + static_cast<size_t>(op.out.index) * register_bytes
+                               : written[static_cast<size_t>(op.out.index) * devices_ + d] +
+                                     static_cast<size_t>(b) * es;
       if (op.unary) {
         kernels::cpu::unary_into(static_cast<kernels::UnaryOp>(op.op), op.dtype, operand(0, 0), out,
                                  n);

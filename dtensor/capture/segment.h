@@ -9,7 +9,8 @@
 // are the same buffers (replicated operands) compute once and share the results, as eager does.
 //
 // Ownership: the segment owns its plan and scratch; run() reads and writes the program's slots.
-// Thread-safety: run() mutates the scratch; one replay at a time.
+// Thread-safety: run() mutates the scratch; one replay at a time. Inside run(), computations big
+// enough run on the thread pool, each with registers of its own.
 #pragma once
 
 #include <cstdint>
@@ -87,7 +88,8 @@ class Segment {
   std::vector<int64_t> block_;     // per device: elements per block
   int64_t most_block_ = 0;
   int num_registers_ = 0;
-  std::vector<unsigned char> scratch_;  // num_registers_ blocks of most_block_ 8-byte elements
+  // Per device: num_registers_ blocks of most_block_ 8-byte elements.
+  std::vector<unsigned char> scratch_;
   // During a replay.
   std::vector<const unsigned char*> external_data_;  // [external * devices_ + device]
   std::vector<unsigned char*> written_data_;         // [written * devices_ + device]
