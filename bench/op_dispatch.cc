@@ -40,11 +40,14 @@ int main(int argc, char** argv) {
     });
     chain({x});  // traces
     double replay = bench::median_seconds([&] { bench::do_not_optimize(chain({x})); }, 9);
+    // How many of the ops replay inside fused elementwise segments (dtensor/capture/segment.h).
+    const int64_t fused = static_cast<int64_t>(chain.fused_calls({x}));
     bench::report("op_dispatch",
                   {{"layout", std::string(name)},
                    {"mode", std::string("captured")},
                    {"devices", int64_t{8}},
-                   {"ops", int64_t{kOps}}},
+                   {"ops", int64_t{kOps}},
+                   {"fused_ops", fused}},
                   replay / kOps * 1e6, "us/op");
   }
   Tensor local = Tensor::zeros({1, 4}, DType::kF32);

@@ -71,6 +71,14 @@ std::string Function::program_string(const std::vector<DTensor>& arguments) cons
   return "";
 }
 
+size_t Function::fused_calls(const std::vector<DTensor>& arguments) const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  for (const Entry& e : state_->cache) {
+    if (matches(e, arguments)) return e.program->num_fused_calls();
+  }
+  return 0;
+}
+
 Function function(Step step, FunctionOptions options) { return Function(std::move(step), options); }
 
 }  // namespace dtensor

@@ -74,6 +74,8 @@ class Function {
   int64_t replay_count() const;
   // The ops of the cached program for `arguments`' signature ("" if none), for tests and tools.
   std::string program_string(const std::vector<DTensor>& arguments) const;
+  // How many of that program's calls replay inside fused elementwise segments (0 if none).
+  size_t fused_calls(const std::vector<DTensor>& arguments) const;
 
  private:
   struct Entry {

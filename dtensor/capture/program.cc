@@ -1,6 +1,7 @@
 #include "dtensor/capture/program.h"
 
 #include <algorithm>
+#include <numeric>
 
 namespace dtensor::capture {
 
@@ -52,6 +53,7 @@ void Program::finish(int num_arguments, std::vector<int> outputs,
     instr_slots_.insert(instr_slots_.end(), call.release.begin(), call.release.end());
     instrs_.push_back(in);
   }
+  plan_segments(last);
   slots_.assign(n, Slot());
   size_t most_inputs = 0;
   for (const Call& call : calls_) most_inputs = std::max(most_inputs, call.inputs.size());
@@ -62,6 +64,86 @@ void Program::finish(int num_arguments, std::vector<int> outputs,
     for (const Call& call : calls_) labels.push_back(call.label.empty() ? call.op : call.label);
     profile_.start(labels);
   }
+}
+
+void Program::plan_segments(const std::vector<int>& last) {
+  constexpr int kKeep = -2;
+  segments_.clear();
+  segment_first_call_.clear();
+  steps_.clear();
+  std::vector<int> producer(trace_slots_.size(), -1);
+  for (size_t c = 0; c < calls_.size(); ++c) {
+    if (calls_[c].output >= 0)
+      producer[static_cast<size_t>(calls_[c].output)] = static_cast<int>(c);
+  }
+  auto fusable = [&](size_t c) {
+    const Call& call = calls_[c];
+    return call.elementwise && call.result && call.kind == CallKind::kValue && call.output >= 0;
+  };
+  auto elements = [&](size_t c, size_t d) {
+    return num_elements(calls_[c].elementwise->shapes[d]);
+  };
+  size_t c = 0;
+  while (c < calls_.size()) {
+    if (!fusable(c)) {
+      steps_.push_back({false, static_cast<uint32_t>(c), 0, 0});
+      ++c;
+      continue;
+    }
+    const size_t start = c;
+    const size_t devices = calls_[start].elementwise->shapes.size();
+    std::vector<int64_t> period(devices, 1);
+    for (; c < calls_.size() && fusable(c); ++c) {
+      const ElementwiseCall& e = *calls_[c].elementwise;
+      bool fits = e.shapes.size() == devices;
+      for (size_t d = 0; d < devices && fits; ++d) {
+        fits = elements(c, d) == elements(start, d) &&
+               std::lcm(period[d], e.period(d)) <= kMaxElementwisePeriod;
+      }
+      // A value made inside the segment lives in blocks: its readers there must read it whole.
+      for (int k = 0; k < e.arity && fits; ++k) {
+        const int p = producer[static_cast<size_t>(calls_[c].inputs[static_cast<size_t>(k)])];
+        if (p < static_cast<int>(start)) continue;
+        for (size_t d = 0; d < devices && fits; ++d) {
+          fits = e.operands[d * static_cast<size_t>(e.arity) + static_cast<size_t>(k)].mode ==
+                 ElementwiseOperand::Mode::kFull;
+        }
+      }
+      if (!fits) break;
+      for (size_t d = 0; d < devices; ++d) period[d] = std::lcm(period[d], e.period(d));
+    }
+    const size_t end = c;
+    std::vector<Segment::Call> members;
+    for (size_t m = start; m < end; ++m) {
+      const Call& call = calls_[m];
+      members.push_back(
+          {&*call.elementwise, call.inputs, call.output, call.result->shape, call.result->layout});
+    }
+    auto read_later = [&](int slot) {
+      const int l = last[static_cast<size_t>(slot)];
+      return l == kKeep || l >= static_cast<int>(end);
+    };
+    Step step{true, static_cast<uint32_t>(segments_.size()),
+              static_cast<uint32_t>(instr_slots_.size()), 0};
+    for (size_t m = start; m < end; ++m) {
+      for (int r : calls_[m].release) {
+        const int p = producer[static_cast<size_t>(r)];
+        // Values that stayed in registers were never put in a slot.
+        if (p >= static_cast<int>(start) && !read_later(r)) continue;
+        instr_slots_.push_back(r);
+        ++step.num_release;
+      }
+    }
+    segments_.emplace_back(members, read_later);
+    segment_first_call_.push_back(start);
+    steps_.push_back(step);
+  }
+}
+
+size_t Program::num_fused_calls() const {
+  size_t n = 0;
+  for (const Segment& s : segments_) n += s.num_calls();
+  return n;
 }
 
 const DTensor& Program::value_for(const Call& call, size_t k, std::optional<DTensor>& scratch) {
@@ -90,14 +172,17 @@ std::vector<DTensor> Program::run(const std::vector<DTensor>& arguments) {
   }
   for (int a = 0; a < num_arguments_; ++a) slots_[static_cast<size_t>(a)].value = arguments[a];
   if (profile_.on()) {
-    for (size_t c = 0; c < calls_.size(); ++c) {
+    for (size_t s = 0; s < steps_.size(); ++s) {
       const ReplayProfile::Clock::time_point start = ReplayProfile::Clock::now();
-      run_call(c);
-      profile_.add(c, std::chrono::duration<double>(ReplayProfile::Clock::now() - start).count());
+      run_step(s);
+      // A segment's time goes to its first call.
+      const Step& step = steps_[s];
+      profile_.add(step.segment ? segment_first_call_[step.index] : step.index,
+                   std::chrono::duration<double>(ReplayProfile::Clock::now() - start).count());
     }
     profile_.end_replay();
   } else {
-    for (size_t c = 0; c < instrs_.size(); ++c) run_call(c);
+    for (size_t s = 0; s < steps_.size(); ++s) run_step(s);
   }
   std::vector<DTensor> out;
   out.reserve(outputs_.size());
@@ -111,6 +196,17 @@ std::vector<DTensor> Program::run(const std::vector<DTensor>& arguments) {
   }
   for (Slot& slot : slots_) slot = Slot();
   return out;
+}
+
+void Program::run_step(size_t s) {
+  const Step& step = steps_[s];
+  if (!step.segment) {
+    run_call(step.index);
+    return;
+  }
+  segments_[step.index].run(slots_);
+  const int* release = instr_slots_.data() + step.first_release;
+  for (size_t r = 0; r < step.num_release; ++r) slots_[static_cast<size_t>(release[r])] = Slot();
 }
 
 void Program::run_call(size_t c) {

@@ -16,7 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "dtensor/capture/elementwise.h"
 #include "dtensor/capture/replay_profile.h"
+#include "dtensor/capture/segment.h"
+#include "dtensor/capture/slot.h"
 #include "dtensor/dtensor.h"
 #include "dtensor/trace_hook.h"
 
@@ -52,14 +55,14 @@ class Program {
     CaptureHook::ShardFn shard_fn;
     // The kind of call for the replay profile: the op and the value it made.
     std::string label;
+    // A run_local of one elementwise kernel, in the structured form that fused segments replay
+    // (with the value it made, for segments that write it out).
+    std::optional<ElementwiseCall> elementwise;
+    std::optional<ValueMeta> result;
   };
 
   // A slot's value: a DTensor, or the bare shards a collective returned.
-  struct Slot {
-    std::optional<DTensor> value;
-    std::vector<Tensor> shards;
-    const std::vector<Tensor>& shards_of() const { return value ? value->shards() : shards; }
-  };
+  using Slot = capture::Slot;
 
   // Building (the recorder).
   int add_slot(Slot slot, bool constant);
@@ -73,6 +76,9 @@ class Program {
   std::vector<DTensor> replay(const std::vector<DTensor>& arguments);
 
   size_t num_calls() const { return calls_.size(); }
+  // How many calls replay inside fused elementwise segments, and how many segments there are.
+  size_t num_fused_calls() const;
+  size_t num_segments() const { return segments_.size(); }
   size_t num_slots() const { return trace_slots_.size(); }
   // The ops of the calls in order, e.g. "DVariable::value, relayout, run_local, ...".
   std::string to_string() const;
@@ -81,6 +87,18 @@ class Program {
   const DTensor& value_for(const Call& call, size_t k, std::optional<DTensor>& scratch);
   std::vector<DTensor> run(const std::vector<DTensor>& arguments);
   void run_call(size_t c);
+  // Groups runs of consecutive elementwise calls into segments_ and lists the steps_.
+  // `last` is each slot's last reading call, -2 for slots kept (results, constants).
+  void plan_segments(const std::vector<int>& last);
+  void run_step(size_t s);
+
+  // What a replay walks: one call, or one fused segment with the slots it releases after.
+  struct Step {
+    bool segment;
+    uint32_t index;          // into calls_ or segments_
+    uint32_t first_release;  // into instr_slots_ (segments only)
+    uint32_t num_release;
+  };
 
   // The part of a call a replay reads on every step, packed: the calls themselves are large
   // (closures, names) and their slot lists live on the heap, so a long program walked through
@@ -96,8 +114,11 @@ class Program {
   };
 
   std::vector<Call> calls_;
-  std::vector<Instr> instrs_;      // one per call, after finish()
-  std::vector<int> instr_slots_;   // the inputs and releases of every Instr
+  std::vector<Instr> instrs_;     // one per call, after finish()
+  std::vector<int> instr_slots_;  // the inputs and releases of every Instr
+  std::vector<Segment> segments_;
+  std::vector<size_t> segment_first_call_;  // per segment (the replay profile)
+  std::vector<Step> steps_;
   std::vector<Slot> trace_slots_;  // while tracing: every value; after finish: constants only
   std::vector<bool> constant_;
   std::vector<int> outputs_;

@@ -1,5 +1,6 @@
 #include "dtensor/capture/recorder.h"
 
+#include <cstring>
 #include <limits>
 
 namespace dtensor::capture {
@@ -36,11 +37,13 @@ Recorder::~Recorder() { stop(); }
 void Recorder::start() {
   if (installed_) return;
   previous_ = exchange_active(this);
+  ElementwiseNotes::add(&notes_);
   installed_ = true;
 }
 
 void Recorder::stop() {
   if (!installed_) return;
+  ElementwiseNotes::remove(&notes_);
   exchange_active(previous_);
   installed_ = false;
 }
@@ -103,12 +106,19 @@ int Recorder::add_result(Program::Slot slot, const std::vector<Tensor>& shards) 
 }
 
 DTensor Recorder::call(const char* op, const Inputs& inputs, ValueFn run) {
-  Program::Call call{Program::CallKind::kValue, op, {}, {}, -1, {}, {}, {}, {}, {}};
+  Program::Call call{Program::CallKind::kValue, op, {}, {}, -1, {}, {}, {}, {}, {}, {}, {}};
   resolve(inputs, op, call);
+  // A run_local may be one elementwise kernel per device: its notes say which (elementwise.h).
+  const bool local = std::strcmp(op, "run_local") == 0;
+  if (local) ElementwiseNotes::take(&notes_);
   std::optional<DTensor> out;
   {
     Pause pause;
     out = run(inputs);
+  }
+  if (local) {
+    call.elementwise = match_elementwise(ElementwiseNotes::take(&notes_), inputs, *out);
+    call.result = ValueMeta::of(*out);
   }
   call.output = add_result({out, {}}, out->shards());
   call.label = std::string(op) + " " + out->short_string();
@@ -118,7 +128,7 @@ DTensor Recorder::call(const char* op, const Inputs& inputs, ValueFn run) {
 }
 
 void Recorder::effect(const char* op, const Inputs& inputs, EffectFn run) {
-  Program::Call call{Program::CallKind::kEffect, op, {}, {}, -1, {}, {}, {}, {}, {}};
+  Program::Call call{Program::CallKind::kEffect, op, {}, {}, -1, {}, {}, {}, {}, {}, {}, {}};
   resolve(inputs, op, call);
   {
     Pause pause;
@@ -130,7 +140,7 @@ void Recorder::effect(const char* op, const Inputs& inputs, EffectFn run) {
 
 std::vector<Tensor> Recorder::shard_call(const char* op, const std::vector<Tensor>& shards,
                                          ShardFn run) {
-  Program::Call call{Program::CallKind::kShards, op, {}, {}, -1, {}, {}, {}, {}, {}};
+  Program::Call call{Program::CallKind::kShards, op, {}, {}, -1, {}, {}, {}, {}, {}, {}, {}};
   if (!shards.empty()) call.inputs.push_back(slot_of_shards(shards));
   call.rewrap.emplace_back(std::nullopt);
   std::vector<Tensor> out;

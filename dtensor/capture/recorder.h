@@ -8,6 +8,9 @@
 // did not go through the recorder would replay stale: the recorder rejects it, naming the call
 // that read it.
 //
+// Elementwise run_local calls are also recorded in structured form (elementwise.h), from the
+// notes the CPU kernels make while the recorder is installed, for the fused replay (segment.h).
+//
 // Ownership: the recorder owns the program under construction until take_program(). It keeps
 // every traced value alive until then, so that no storage is reused (and misread as another
 // value) during the trace. Thread-safety: installed on one thread; not shared.
@@ -55,6 +58,7 @@ class Recorder final : public TraceHook {
   int64_t first_traced_id_;  // DTensors with ids from here on were made during the trace
   int num_arguments_;
   bool installed_ = false;
+  std::vector<ElementwiseNote> notes_;  // registered with ElementwiseNotes while installed
   CaptureHook* previous_ = nullptr;
 };
 

@@ -2,7 +2,10 @@
 
 #include <cmath>
 
+#include <optional>
+
 #include "dtensor/creation.h"
+#include "dtensor/optim/in_place_update.h"
 #include "dtensor/relayout.h"
 #include "dtensor/trace_hook.h"
 #include "ops/kernels/optimizer_update.h"
@@ -72,7 +75,8 @@ void Optimizer::build(const std::vector<DVariable>& vars) {
 
 void Optimizer::apply(const std::vector<DVariable>& vars, const std::vector<DTensor>& grads) {
   // Traced: one step of the program that applies again on replay, with the step count and
-  // learning rate of that time (this optimizer must outlive the captured function).
+  // learning rate of that time (this optimizer must outlive the captured function). A replay
+  // updates in place the buffers no one else holds.
   if (TraceHook* hook = TraceHook::active()) {
     TraceHook::Inputs inputs;
     for (const DTensor& g : grads) inputs.push_back(&g);
@@ -80,10 +84,15 @@ void Optimizer::apply(const std::vector<DVariable>& vars, const std::vector<DTen
       std::vector<DTensor> replayed;
       replayed.reserve(in.size());
       for (const DTensor* g : in) replayed.push_back(*g);
-      apply(vars, replayed);
+      apply_now(vars, replayed, /*in_place=*/true);
     });
     return;
   }
+  apply_now(vars, grads, /*in_place=*/false);
+}
+
+void Optimizer::apply_now(const std::vector<DVariable>& vars, const std::vector<DTensor>& grads,
+                          bool in_place) {
   const std::string fn = name_ + "::apply";
   if (vars.size() != grads.size()) {
     throw_error<InvalidArgumentError>(fn, "got {} gradients for {} variables", grads.size(),
@@ -107,48 +116,103 @@ void Optimizer::apply(const std::vector<DVariable>& vars, const std::vector<DTen
     const DVariable& var = vars[i];
     auto& slot_vars = slots_of(var, fn);
     DTensor grad = relayout(grads[i], var.layout());
-    DTensor value = var.value();
-    std::vector<DTensor> slot_values;
-    for (const DVariable& s : slot_vars) slot_values.push_back(s.value());
-    // One computation per distinct set of input buffers; replicas share the results.
-    const size_t n = value.shards().size(), k = slot_values.size();
-    std::vector<Tensor> new_var(n);
-    std::vector<std::vector<Tensor>> new_slots(k, std::vector<Tensor>(n));
-    for (size_t d = 0; d < n; ++d) {
-      size_t same = d;
-      for (size_t e = 0; e < d && same == d; ++e) {
-        bool match =
-            value.shard(d).is_same_as(value.shard(e)) && grad.shard(d).is_same_as(grad.shard(e));
-        for (size_t s = 0; s < k && match; ++s) {
-          match = slot_values[s].shard(d).is_same_as(slot_values[s].shard(e));
-        }
-        if (match) same = e;
-      }
-      const Device device = value.shard(d).device();
-      if (same != d) {
-        new_var[d] = new_var[same].with_device(device);
-        for (size_t s = 0; s < k; ++s) new_slots[s][d] = new_slots[s][same].with_device(device);
-        continue;
-      }
-      const Tensor& v = value.shard(d);
-      std::vector<Tensor> in_slots, out_slots;
-      for (size_t s = 0; s < k; ++s) {
-        in_slots.push_back(slot_values[s].shard(d));
-        out_slots.push_back(Tensor::empty(v.shape(), v.dtype(), device));
-      }
-      Tensor out = Tensor::empty(v.shape(), v.dtype(), device);
-      update(v, grad.shard(d), in_slots, out, out_slots, lr, step);
-      new_var[d] = out;
-      for (size_t s = 0; s < k; ++s) new_slots[s][d] = out_slots[s];
-    }
-    DVariable target = var;  // a handle: assigning through the copy updates the variable
-    target.assign(DTensor::from_trusted_shards(var.shape(), var.dtype(), var.layout(), new_var));
-    for (size_t s = 0; s < k; ++s) {
-      slot_vars[s].assign(
-          DTensor::from_trusted_shards(var.shape(), var.dtype(), var.layout(), new_slots[s]));
-    }
+    update_variable(var, slot_vars, grad, lr, step, in_place);
   }
   ++step_;
+}
+
+void Optimizer::update_variable(const DVariable& var, std::vector<DVariable>& slot_vars,
+                                const DTensor& grad, double lr, int64_t step, bool in_place) {
+  std::optional<DTensor> value = var.value();
+  std::vector<std::optional<DTensor>> slot_values;
+  for (const DVariable& s : slot_vars) slot_values.emplace_back(s.value());
+  // One computation per distinct set of input buffers; replicas share the results.
+  const size_t n = value->shards().size(), k = slot_values.size();
+  std::vector<size_t> first(n);
+  for (size_t d = 0; d < n; ++d) {
+    size_t same = d;
+    for (size_t e = 0; e < d && same == d; ++e) {
+      bool match =
+          value->shard(d).is_same_as(value->shard(e)) && grad.shard(d).is_same_as(grad.shard(e));
+      for (size_t s = 0; s < k && match; ++s) {
+        match = slot_values[s]->shard(d).is_same_as(slot_values[s]->shard(e));
+      }
+      if (match) same = e;
+    }
+    first[d] = same;
+  }
+  // In place only where each computation's buffers are its own (not shared with another
+  // computation) on the host, and no one else holds them (checked once the variables let go).
+  bool own = in_place && value->shard(0).device().type == DeviceType::kCPU;
+  for (size_t d = 0; d < n && own; ++d) {
+    for (size_t e = 0; e < d && own; ++e) {
+      if (first[d] == first[e]) continue;
+      own = !value->shard(d).shares_storage_with(value->shard(e));
+      for (size_t s = 0; s < k && own; ++s) {
+        own = !slot_values[s]->shard(d).shares_storage_with(slot_values[s]->shard(e));
+      }
+    }
+  }
+  // The inputs of each computation, one handle each, and every shard's device.
+  std::vector<Tensor> vars_in(n);
+  std::vector<std::vector<Tensor>> slots_in(n);
+  std::vector<Device> devices;
+  for (size_t d = 0; d < n; ++d) {
+    devices.push_back(value->shard(d).device());
+    if (first[d] != d) continue;
+    vars_in[d] = value->shard(d);
+    for (size_t s = 0; s < k; ++s) slots_in[d].push_back(slot_values[s]->shard(d));
+  }
+  DVariable target = var;  // a handle: assigning through the copy updates the variable
+  if (own) {
+    value.reset();
+    slot_values.clear();
+    // The variables hold stand-ins (shared zeros, no memory) while their buffers are updated,
+    // so that uniqueness tells whether a user still holds a value, which then keeps its contents.
+    std::vector<Tensor> stand_in;
+    for (size_t d = 0; d < n; ++d) {
+      const Tensor& t = vars_in[first[d]];
+      stand_in.push_back(Tensor::shared_zeros(t.shape(), t.dtype(), devices[d]));
+    }
+    const DTensor placeholder =
+        DTensor::from_trusted_shards(var.shape(), var.dtype(), var.layout(), std::move(stand_in));
+    target.assign(placeholder);
+    for (DVariable& s : slot_vars) s.assign(placeholder);
+    for (size_t d = 0; d < n && own; ++d) {
+      if (first[d] != d) continue;
+      own = vars_in[d].is_unique();
+      for (size_t s = 0; s < k && own; ++s) own = slots_in[d][s].is_unique();
+    }
+  }
+  std::vector<Tensor> new_var(n);
+  std::vector<std::vector<Tensor>> new_slots(k, std::vector<Tensor>(n));
+  for (size_t d = 0; d < n; ++d) {
+    const Device device = devices[d];
+    if (first[d] != d) {
+      new_var[d] = new_var[first[d]].with_device(device);
+      for (size_t s = 0; s < k; ++s) new_slots[s][d] = new_slots[s][first[d]].with_device(device);
+      continue;
+    }
+    const Tensor& v = vars_in[d];
+    if (own && update_in_place(vars_in[d], grad.shard(d), slots_in[d], lr, step)) {
+      new_var[d] = vars_in[d];
+      for (size_t s = 0; s < k; ++s) new_slots[s][d] = slots_in[d][s];
+      continue;
+    }
+    std::vector<Tensor> out_slots;
+    for (size_t s = 0; s < k; ++s) out_slots.push_back(Tensor::empty(v.shape(), v.dtype(), device));
+    Tensor out = Tensor::empty(v.shape(), v.dtype(), device);
+    update(v, grad.shard(d), slots_in[d], out, out_slots, lr, step);
+    new_var[d] = out;
+    for (size_t s = 0; s < k; ++s) new_slots[s][d] = out_slots[s];
+  }
+  vars_in.clear();
+  slots_in.clear();
+  target.assign(DTensor::from_trusted_shards(var.shape(), var.dtype(), var.layout(), new_var));
+  for (size_t s = 0; s < k; ++s) {
+    slot_vars[s].assign(
+        DTensor::from_trusted_shards(var.shape(), var.dtype(), var.layout(), new_slots[s]));
+  }
 }
 
 SGD::SGD(Schedule lr, double momentum, bool nesterov)
@@ -172,6 +236,16 @@ void SGD::update(const Tensor& var, const Tensor& grad, const std::vector<Tensor
   }
 }
 
+bool SGD::update_in_place(Tensor& var, const Tensor& grad, std::vector<Tensor>& slots, double lr,
+                          int64_t) const {
+  if (slots.empty()) {
+    optim_internal::sgd_in_place(var, grad, lr);
+  } else {
+    optim_internal::sgd_momentum_in_place(var, grad, slots[0], lr, momentum_, nesterov_);
+  }
+  return true;
+}
+
 Adam::Adam(Schedule lr, double beta1, double beta2, double epsilon, double weight_decay,
            std::string name)
     : Optimizer(std::move(lr), std::move(name)),
@@ -190,10 +264,20 @@ void Adam::update(const Tensor& var, const Tensor& grad, const std::vector<Tenso
                   Tensor& var_out, std::vector<Tensor>& slots_out, double lr, int64_t step) const {
   // tf.keras Adam: lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t); w -= lr_t * m / (sqrt(v) + eps),
   // epsilon added unscaled (the paper's "epsilon hat").
+  kernels::adam_update(var, grad, slots[0], slots[1], var_out, slots_out[0], slots_out[1],
+                       step_params(lr, step));
+}
+
+kernels::AdamStepParams Adam::step_params(double lr, int64_t step) const {
   const double correction = std::sqrt(1 - std::pow(beta2_, static_cast<double>(step))) /
                             (1 - std::pow(beta1_, static_cast<double>(step)));
-  kernels::adam_update(var, grad, slots[0], slots[1], var_out, slots_out[0], slots_out[1],
-                       {beta1_, beta2_, lr * correction, epsilon_, 1 - lr * weight_decay_});
+  return {beta1_, beta2_, lr * correction, epsilon_, 1 - lr * weight_decay_};
+}
+
+bool Adam::update_in_place(Tensor& var, const Tensor& grad, std::vector<Tensor>& slots, double lr,
+                           int64_t step) const {
+  optim_internal::adam_in_place(var, grad, slots[0], slots[1], step_params(lr, step));
+  return true;
 }
 
 }  // namespace dtensor

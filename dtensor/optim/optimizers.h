@@ -7,6 +7,10 @@
 // in-process devices is updated once, not once per device. Slots (moments) are DVariables in the
 // variable's layout, created on first use and listed by slots() for checkpoints.
 //
+// A replay of a captured step (dtensor/capture) updates a variable and its slots in place when no
+// one else holds their buffers (the variables hold shared-zero stand-ins meanwhile), with the bits
+// of the eager update; a value read earlier and still held keeps its contents.
+//
 // Not thread-safe: one thread applies at a time.
 #pragma once
 
@@ -17,6 +21,7 @@
 #include <vector>
 
 #include "dtensor/variable.h"
+#include "ops/kernels/optimizer_update.h"
 
 namespace dtensor {
 
@@ -51,8 +56,20 @@ class Optimizer {
   virtual void update(const Tensor& var, const Tensor& grad, const std::vector<Tensor>& slots,
                       Tensor& var_out, std::vector<Tensor>& slots_out, double lr,
                       int64_t step) const = 0;
+  // As update, writing into `var` and `slots` themselves (host buffers no one else holds), with
+  // the same bits; false when this optimizer has no in-place form (update is used instead).
+  virtual bool update_in_place(Tensor& var, const Tensor& grad, std::vector<Tensor>& slots,
+                               double lr, int64_t step) const {
+    return false;
+  }
 
  private:
+  // apply after the trace hook: `in_place` (a replay) updates buffers no one else holds in
+  // place; other buffers, and every eager apply, get fresh ones.
+  void apply_now(const std::vector<DVariable>& vars, const std::vector<DTensor>& grads,
+                 bool in_place);
+  void update_variable(const DVariable& var, std::vector<DVariable>& slot_vars, const DTensor& grad,
+                       double lr, int64_t step, bool in_place);
   // The slots of `var`, created (zeros) if it has none yet.
   std::vector<DVariable>& slots_of(const DVariable& var, const std::string& function);
 
@@ -78,6 +95,8 @@ class SGD final : public Optimizer {
   void update(const Tensor& var, const Tensor& grad, const std::vector<Tensor>& slots,
               Tensor& var_out, std::vector<Tensor>& slots_out, double lr,
               int64_t step) const override;
+  bool update_in_place(Tensor& var, const Tensor& grad, std::vector<Tensor>& slots, double lr,
+                       int64_t step) const override;
   double momentum_;
   bool nesterov_;
 };
@@ -94,6 +113,10 @@ class Adam : public Optimizer {
   void update(const Tensor& var, const Tensor& grad, const std::vector<Tensor>& slots,
               Tensor& var_out, std::vector<Tensor>& slots_out, double lr,
               int64_t step) const override;
+  bool update_in_place(Tensor& var, const Tensor& grad, std::vector<Tensor>& slots, double lr,
+                       int64_t step) const override;
+  // The kernel's parameters for `step` (bias correction, decoupled decay).
+  kernels::AdamStepParams step_params(double lr, int64_t step) const;
   double beta1_, beta2_, epsilon_, weight_decay_;
 };
 

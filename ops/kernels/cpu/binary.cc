@@ -3,9 +3,11 @@
 #include <cstring>
 #include <string>
 
+#include "ops/kernels/cpu/binary.h"
 #include "ops/kernels/cpu/broadcast.h"
 #include "ops/kernels/cpu/cpu_kernels.h"
 #include "ops/kernels/cpu/internal.h"
+#include "runtime/capture_hook.h"
 
 namespace dtensor::kernels::cpu {
 namespace {
@@ -90,33 +92,54 @@ void check_no_zero_divisor(const Tensor& a, const Tensor& b) {
   }
 }
 
-template <typename T>
-void compute(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+// Calls fn(element routine) for the ops whose result has the operands' type T (arithmetic, and
+// pow on floats) and returns true; false for the others. One table for the broadcasting kernel and
+// binary_into, so both run the same routine.
+template <typename T, typename Fn>
+bool with_arithmetic(BinaryOp op, Fn&& fn) {
   switch (op) {
     case BinaryOp::kAdd:
-      return broadcast_apply<T, T>(a, b, out, [](T x, T y) { return internal::add(x, y); });
+      fn([](T x, T y) { return internal::add(x, y); });
+      return true;
     case BinaryOp::kSub:
-      return broadcast_apply<T, T>(a, b, out, [](T x, T y) {
+      fn([](T x, T y) {
         if constexpr (std::is_integral_v<T>) {
           return internal::wrap_sub(x, y);
         } else {
           return x - y;
         }
       });
+      return true;
     case BinaryOp::kMul:
-      return broadcast_apply<T, T>(a, b, out, [](T x, T y) { return internal::mul(x, y); });
+      fn([](T x, T y) { return internal::mul(x, y); });
+      return true;
     case BinaryOp::kDiv:
-      if constexpr (std::is_integral_v<T>) check_no_zero_divisor<T>(a, b);
-      return broadcast_apply<T, T>(a, b, out, [](T x, T y) { return divide(x, y); });
+      fn([](T x, T y) { return divide(x, y); });
+      return true;
     case BinaryOp::kPow:
       if constexpr (std::is_floating_point_v<T>) {
-        return broadcast_apply<T, T>(a, b, out, [](T x, T y) { return std::pow(x, y); });
+        fn([](T x, T y) { return std::pow(x, y); });
+        return true;
       }
-      break;
+      return false;
     case BinaryOp::kMaximum:
-      return broadcast_apply<T, T>(a, b, out, [](T x, T y) { return internal::max_nan(x, y); });
+      fn([](T x, T y) { return internal::max_nan(x, y); });
+      return true;
     case BinaryOp::kMinimum:
-      return broadcast_apply<T, T>(a, b, out, [](T x, T y) { return internal::min_nan(x, y); });
+      fn([](T x, T y) { return internal::min_nan(x, y); });
+      return true;
+    default:
+      return false;
+  }
+}
+
+template <typename T>
+void compute(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  if constexpr (std::is_integral_v<T>) {
+    if (op == BinaryOp::kDiv) check_no_zero_divisor<T>(a, b);
+  }
+  if (with_arithmetic<T>(op, [&](auto f) { broadcast_apply<T, T>(a, b, out, f); })) return;
+  switch (op) {
     case BinaryOp::kEqual:
       return broadcast_apply<T, bool>(a, b, out, [](T x, T y) { return x == y; });
     case BinaryOp::kNotEqual:
@@ -129,8 +152,7 @@ void compute(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
       return broadcast_apply<T, bool>(a, b, out, [](T x, T y) { return x > y; });
     case BinaryOp::kGreaterEqual:
       return broadcast_apply<T, bool>(a, b, out, [](T x, T y) { return x >= y; });
-    case BinaryOp::kLogicalAnd:
-    case BinaryOp::kLogicalOr:
+    default:
       break;
   }
   DTENSOR_CHECK(false && "binary dtype was validated");
@@ -195,7 +217,42 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   } else {
     internal::visit_numeric(a.dtype(), [&](auto t) { compute<decltype(t)>(op, a, b, out); });
   }
+  // A recorder tracing somewhere learns what this call was (runtime/capture_hook.h).
+  if (ElementwiseNotes::on()) {
+    ElementwiseNotes::note({ElementwiseNote::Kind::kBinary,
+                            static_cast<int>(op),
+                            a.dtype(),
+                            {a.raw_data(), b.raw_data()},
+                            out.raw_data()});
+  }
   return out;
+}
+
+bool binary_into_supported(BinaryOp op, DType dtype) {
+  if (dtype == DType::kBF16 || dtype == DType::kBool) return false;
+  if (is_integer(dtype)) return op != BinaryOp::kDiv && family(op) == Family::kArithmetic;
+  return family(op) == Family::kArithmetic || family(op) == Family::kPow;
+}
+
+void binary_into(BinaryOp op, DType dtype, const void* a, bool a_repeats, const void* b,
+                 bool b_repeats, void* out, int64_t n) {
+  DTENSOR_CHECK(!(a_repeats && b_repeats));
+  internal::visit_numeric(dtype, [&](auto t) {
+    using T = decltype(t);
+    const T* pa = static_cast<const T*>(a);
+    const T* pb = static_cast<const T*>(b);
+    T* po = static_cast<T*>(out);
+    const bool known = with_arithmetic<T>(op, [&](auto f) {
+      if (a_repeats) {
+        run_loop<0, 1>(pa, pb, po, n, f);
+      } else if (b_repeats) {
+        run_loop<1, 0>(pa, pb, po, n, f);
+      } else {
+        run_loop<1, 1>(pa, pb, po, n, f);
+      }
+    });
+    DTENSOR_CHECK(known && "binary_into op was checked by binary_into_supported");
+  });
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {

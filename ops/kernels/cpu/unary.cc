@@ -5,6 +5,8 @@
 #include "ops/kernels/cpu/cpu_kernels.h"
 #include "ops/kernels/cpu/fast_math.h"
 #include "ops/kernels/cpu/internal.h"
+#include "ops/kernels/cpu/unary.h"
+#include "runtime/capture_hook.h"
 
 namespace dtensor::kernels::cpu {
 namespace {
@@ -116,7 +118,26 @@ Tensor unary(UnaryOp op, const Tensor& x) {
     using T = decltype(t);
     apply<T>(op, x.data<T>(), y.data<T>(), x.num_elements());
   });
+  // A recorder tracing somewhere learns what this call was (runtime/capture_hook.h).
+  if (ElementwiseNotes::on()) {
+    ElementwiseNotes::note({ElementwiseNote::Kind::kUnary,
+                            static_cast<int>(op),
+                            x.dtype(),
+                            {x.raw_data(), nullptr},
+                            y.raw_data()});
+  }
   return y;
+}
+
+bool unary_into_supported(UnaryOp op, DType dtype) {
+  return dtype != DType::kBF16 && internal::unary_supports(op, dtype);
+}
+
+void unary_into(UnaryOp op, DType dtype, const void* x, void* y, int64_t n) {
+  internal::visit_numeric(dtype, [&](auto t) {
+    using T = decltype(t);
+    apply<T>(op, static_cast<const T*>(x), static_cast<T*>(y), n);
+  });
 }
 
 namespace internal {
