@@ -11,6 +11,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "runtime/block.h"
 #include "runtime/mpi/comm_thread.h"
@@ -216,10 +217,15 @@ double now_ms() {
       .count();
 }
 
-// DTENSOR_MPI_COMM_THREAD=0 sends buckets as one MPI_Iallreduce instead (for comparison).
-bool comm_thread_wanted() {
-  const char* v = std::getenv("DTENSOR_MPI_COMM_THREAD");
-  return v == nullptr || v[0] != '0';
+// DTENSOR_MPI_COMM_THREAD: 0 sends buckets as one MPI_Iallreduce from the caller's thread, 1
+// runs blocking MPI_Allreduce calls on the communication thread, 2 (the default) nonblocking ones
+// polled with yields there when two processes take part (blocking ones otherwise).
+int comm_thread_mode() {
+  static const int mode = [] {
+    const char* v = std::getenv("DTENSOR_MPI_COMM_THREAD");
+    return v == nullptr || v[0] == '\0' ? 2 : std::atoi(v);
+  }();
+  return mode;
 }
 
 // A bucket handed to the communication thread: the tensors, their results (allocated by the
@@ -272,7 +278,7 @@ class MpiBackend final : public CollectiveBackend {
     // at a time (mu_ serialises them). Without that, buckets go out as MPI_Iallreduce.
     int provided = MPI_THREAD_SINGLE;
     use_comm_thread_ = MPI_Query_thread(&provided) == MPI_SUCCESS &&
-                       provided >= MPI_THREAD_SERIALIZED && comm_thread_wanted();
+                       provided >= MPI_THREAD_SERIALIZED && comm_thread_mode() != 0;
   }
 
   ~MpiBackend() override {
@@ -524,25 +530,67 @@ class MpiBackend final : public CollectiveBackend {
       bucket->bytes += static_cast<int64_t>(in.nbytes());
     }
     if (overlap_trace_on()) bucket->queued = now_ms();
-    const uint64_t ticket = comm_.submit([this, bucket, ranks = ranks_of(group), op]() noexcept {
-      ThreadedBucket& b = *bucket;
-      if (overlap_trace_on()) b.began = now_ms();
-      try {
-        std::lock_guard<std::mutex> lock(mu_);
-        MPI_Comm comm = comm_for(ranks);
-        for (size_t t = 0; t < b.inputs.size(); ++t) {
-          const Tensor& in = b.inputs[t];
-          check_mpi(MPI_Allreduce(in.raw_data(), b.outputs[t].raw_data(),
-                                  static_cast<int>(in.num_elements()), mpi_type(in.dtype()),
-                                  mpi_op(op, in.dtype()), comm),
-                    "all_reduce_start", "MPI_Allreduce");
-        }
-      } catch (...) {
-        b.error = std::current_exception();
-      }
-      if (overlap_trace_on()) b.ended = now_ms();
-    });
+    const bool yielding = group.size() == 2 && comm_thread_mode() == 2;
+    const uint64_t ticket =
+        comm_.submit([this, bucket, ranks = ranks_of(group), op, yielding]() noexcept {
+          ThreadedBucket& b = *bucket;
+          if (overlap_trace_on()) b.began = now_ms();
+          try {
+            if (yielding) {
+              reduce_bucket_yielding(b, ranks, op);
+            } else {
+              reduce_bucket_blocking(b, ranks, op);
+            }
+          } catch (...) {
+            b.error = std::current_exception();
+          }
+          if (overlap_trace_on()) b.ended = now_ms();
+        });
     return std::make_unique<ThreadedPending>(comm_, ticket, std::move(bucket));
+  }
+
+  // On the communication thread: one MPI_Allreduce per tensor, in order.
+  void reduce_bucket_blocking(ThreadedBucket& b, const std::vector<int>& ranks, ReduceOp op) {
+    std::lock_guard<std::mutex> lock(mu_);
+    MPI_Comm comm = comm_for(ranks);
+    for (size_t t = 0; t < b.inputs.size(); ++t) {
+      const Tensor& in = b.inputs[t];
+      check_mpi(
+          MPI_Allreduce(in.raw_data(), b.outputs[t].raw_data(), static_cast<int>(in.num_elements()),
+                        mpi_type(in.dtype()), mpi_op(op, in.dtype()), comm),
+          "all_reduce_start", "MPI_Allreduce");
+    }
+  }
+
+  // On the communication thread, for two processes: every tensor's MPI_Iallreduce at once, then
+  // tests, giving the core away between them. A blocking MPI call spins while it waits for the
+  // other process; with no idle core, that spin takes the core from this process's own
+  // computation. With two members every algorithm adds the same two terms (a + b == b + a), so
+  // the sums are the blocking path's bit for bit.
+  void reduce_bucket_yielding(ThreadedBucket& b, const std::vector<int>& ranks, ReduceOp op) {
+    std::vector<MPI_Request> requests(b.inputs.size(), MPI_REQUEST_NULL);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      MPI_Comm comm = comm_for(ranks);
+      for (size_t t = 0; t < b.inputs.size(); ++t) {
+        const Tensor& in = b.inputs[t];
+        check_mpi(MPI_Iallreduce(in.raw_data(), b.outputs[t].raw_data(),
+                                 static_cast<int>(in.num_elements()), mpi_type(in.dtype()),
+                                 mpi_op(op, in.dtype()), comm, &requests[t]),
+                  "all_reduce_start", "MPI_Iallreduce");
+      }
+    }
+    for (;;) {
+      int done = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        check_mpi(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done,
+                              MPI_STATUSES_IGNORE),
+                  "all_reduce_start", "MPI_Testall");
+      }
+      if (done) return;
+      std::this_thread::yield();
+    }
   }
 
   // The reduction over every member (MPI_Allreduce).
