@@ -89,8 +89,8 @@ class PendingAllReduce {
 };
 
 // Starts the all-reduce of several mesh-wide values at once (a bucket: tensors[t] holds value t's
-// local shards) and returns while it runs, so that the caller can compute meanwhile: MPI sends
-// each group's bucket as one nonblocking call; backends that cannot overlap finish it here. The
+// local shards) and returns while it runs, so that the caller can compute meanwhile: MPI reduces
+// each group's bucket on its communication thread; backends that cannot overlap finish it here. The
 // results equal all_reduce's on each value. Counted as one all-reduce in CollectiveStats. Every
 // process makes the same starts in the same order, and waits for them in that order. While a step
 // is traced (runtime/capture_hook.h), the start and the wait are each recorded, one call per value,
