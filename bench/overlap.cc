@@ -1,8 +1,12 @@
 // The seed MLP's training step (forward, backward, Adam; global batch 128) on a batch=8 mesh over
-// two processes, with the gradient all-reduce overlapped with backward (buckets of nonblocking
-// MPI all-reduces started as gradients are finished, ops/autograd.h) and without it (one blocking
-// all-reduce per variable after backward), alternating in the same run. Rank 0 prints:
-//   {"bench":"overlap","mesh":"batch=8","processes":2,"overlap":1,"bucket_cap_mb":25,...}
+// two processes, with the gradient all-reduce overlapped with backward (buckets started as
+// gradients are finished, reduced by each process's MPI communication thread, ops/autograd.h)
+// and without it (one blocking all-reduce per variable after backward), captured
+// (dtensor::function) and eager: the four modes take turns in the same run. Rank 0 prints the
+// median of each:
+//   {"bench":"overlap","mesh":"batch=8","processes":2,"step":"captured","overlap":1,...}
+// DTENSOR_OVERLAP_TRACE=1 prints when each bucket was queued, reduced and waited for, per process
+// (runtime/mpi/mpi_backend.cc).
 // Run directly and it relaunches itself under mpirun -np 2 (each process with one pool thread,
 // unless DTENSOR_NUM_THREADS says otherwise: two processes on two cores).
 #include <mpi.h>
@@ -12,12 +16,15 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "bench/report.h"
 #include "cli/flags.h"
+#include "dtensor/capture/function.h"
 #include "dtensor/creation.h"
 #include "dtensor/optim/optimizers.h"
 #include "dtensor/runtime.h"
@@ -53,6 +60,15 @@ void relaunch_under_mpirun(int argc, char** argv) {
   std::perror("overlap: cannot run mpirun");
 }
 
+// One way to run the step: eager or captured, overlap on or off (a captured step freezes the
+// setting it was traced with, so each captured mode has its own Function).
+struct Mode {
+  bool captured;
+  bool overlap;
+  std::function<void()> step;
+  std::vector<double> times;
+};
+
 int run(const Runtime& rt, double bucket_cap_mb, int rounds) {
   Mesh mesh = create_mesh("batch=8");
   examples::Mlp model(mesh, {784, 700, 500, 10}, 22);
@@ -61,36 +77,54 @@ int run(const Runtime& rt, double bucket_cap_mb, int rounds) {
   const DTensor x = random_uniform({128, 784}, model.batch_layout(2), 1);
   const DTensor labels =
       cast(scale(random_uniform({128}, model.batch_layout(1), 2), 9.99), DType::kI32);
-  auto step = [&] {
+  auto loss_and_update = [&](const DTensor& images, const DTensor& y) {
     GradientTape tape;
     for (const DVariable& v : vars) tape.watch(v);
-    DTensor loss = reduce_mean(sparse_softmax_cross_entropy(model(x), labels));
+    DTensor loss = reduce_mean(sparse_softmax_cross_entropy(model(images), y));
     optimizer.apply(vars, tape.gradient(loss, vars));
+    return loss;
   };
-  // The two modes take turns, a few steps each, the last one timed, every process in step.
+  auto captured_step = [&] {
+    return std::make_shared<Function>(function([&](const std::vector<DTensor>& args) {
+      return std::vector<DTensor>{loss_and_update(args[0], args[1])};
+    }));
+  };
+  std::shared_ptr<Function> with_overlap = captured_step(), without_overlap = captured_step();
+  std::vector<Mode> modes;
+  for (bool captured : {true, false}) {
+    for (bool overlap : {false, true}) {
+      std::function<void()> step = [&] { loss_and_update(x, labels); };
+      if (captured) {
+        std::shared_ptr<Function> f = overlap ? with_overlap : without_overlap;
+        step = [f, &x, &labels] { (*f)({x, labels}); };
+      }
+      modes.push_back({captured, overlap, std::move(step), {}});
+    }
+  }
+  // The modes take turns, a few steps each, the last one timed, every process in step.
   constexpr int kWarmup = 2, kStepsPerTurn = 3;
-  std::vector<double> times[2];
   for (int round = 0; round < kWarmup + rounds; ++round) {
-    for (int overlap = 0; overlap < 2; ++overlap) {
-      set_gradient_reduction_options({overlap == 1, bucket_cap_mb});
-      for (int i = 1; i < kStepsPerTurn; ++i) step();
+    for (Mode& mode : modes) {
+      set_gradient_reduction_options({mode.overlap, bucket_cap_mb});
+      for (int i = 1; i < kStepsPerTurn; ++i) mode.step();
       MPI_Barrier(MPI_COMM_WORLD);
       const auto start = std::chrono::steady_clock::now();
-      step();
+      mode.step();
       const double took =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (round >= kWarmup) times[overlap].push_back(took);
+      if (round >= kWarmup) mode.times.push_back(took);
     }
   }
   if (rt.process_index() == 0) {
-    for (int overlap = 0; overlap < 2; ++overlap) {
-      std::vector<double>& t = times[overlap];
+    for (Mode& mode : modes) {
+      std::vector<double>& t = mode.times;
       std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
       bench::report("overlap",
                     {{"mesh", std::string("batch=8")},
                      {"processes", rt.num_processes()},
                      {"batch", int64_t{128}},
-                     {"overlap", int64_t{overlap}},
+                     {"step", std::string(mode.captured ? "captured" : "eager")},
+                     {"overlap", int64_t{mode.overlap}},
                      {"bucket_cap_mb", bucket_cap_mb}},
                     t[t.size() / 2] * 1e3, "ms/step");
     }

@@ -81,7 +81,7 @@ class CollectiveBackend {
   // computes: inputs[t] holds tensor t of each local member, as all_reduce takes them (shapes may
   // differ between tensors; one dtype per tensor). The default runs the blocking all_reduce of
   // each tensor now and returns them done: backends that cannot overlap need nothing more. MPI
-  // sends the bucket as one nonblocking call.
+  // hands the bucket to its communication thread (runtime/mpi/mpi_backend.h).
   virtual std::unique_ptr<PendingCollective> all_reduce_start(
       const Group& group, const std::vector<std::vector<Tensor>>& inputs, ReduceOp op);
 };

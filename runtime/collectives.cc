@@ -225,18 +225,41 @@ std::vector<Tensor> broadcast(const Mesh& mesh, MeshDimMask dims, const std::vec
                      });
 }
 
+// The state the recorded start and wait calls of one traced bucket share. A replay runs them in
+// order: the starts fill `inputs` and start `pending`, the first wait finishes it into `results`
+// and each wait takes its value's.
+struct PendingAllReduce::Traced {
+  std::vector<std::vector<Tensor>> values;  // the shards seen while tracing, for the waits' inputs
+  std::vector<std::vector<Tensor>> inputs;
+  PendingAllReduce pending;
+  std::vector<std::vector<Tensor>> results;
+};
+
 PendingAllReduce all_reduce_start(const Mesh& mesh, MeshDimMask dims,
                                   const std::vector<std::vector<Tensor>>& tensors, ReduceOp op) {
   for (const std::vector<Tensor>& shards : tensors) check_shards(mesh, shards, "all_reduce_start");
   PendingAllReduce out;
   out.num_tensors_ = tensors.size();
   out.num_local_ = static_cast<size_t>(mesh.num_local_devices());
-  // Traced: each value's all-reduce is recorded as a blocking call (a captured step replays the
-  // same sums; a replayed bucket does not overlap).
-  if (CaptureHook::active() != nullptr && mesh.group_size(dims) > 1) {
-    for (const std::vector<Tensor>& shards : tensors) {
-      out.done_.push_back(all_reduce(mesh, dims, shards, op));
+  // Traced: one recorded call per value hands it to the bucket, the last one starts it (here and
+  // on every replay); wait() records the matching waits.
+  CaptureHook* hook = CaptureHook::active();
+  if (hook != nullptr && mesh.group_size(dims) > 1 && !tensors.empty()) {
+    auto traced = std::make_shared<PendingAllReduce::Traced>();
+    traced->values = tensors;
+    traced->inputs.resize(tensors.size());
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      hook->shard_call("all_reduce_start", tensors[t],
+                       [traced, t, mesh, dims, op](const std::vector<Tensor>& shards) {
+                         traced->inputs[t] = shards;
+                         if (t + 1 == traced->inputs.size()) {
+                           traced->pending = all_reduce_start(mesh, dims, traced->inputs, op);
+                           for (std::vector<Tensor>& in : traced->inputs) in.clear();
+                         }
+                         return std::vector<Tensor>();
+                       });
     }
+    out.traced_ = std::move(traced);
     return out;
   }
   if (mesh.group_size(dims) == 1 || tensors.empty()) {
@@ -274,13 +297,34 @@ PendingAllReduce all_reduce_start(const Mesh& mesh, MeshDimMask dims,
   return out;
 }
 
+std::vector<std::vector<Tensor>> PendingAllReduce::wait_traced() {
+  std::shared_ptr<Traced> traced = std::move(traced_);
+  std::vector<std::vector<Tensor>> out;
+  out.reserve(traced->values.size());
+  // Recorded while tracing (the hook is active then); the waits read each value's slot, so the
+  // program keeps it until the bucket is done.
+  CaptureHook* hook = CaptureHook::active();
+  for (size_t t = 0; t < traced->values.size(); ++t) {
+    auto take = [traced, t](const std::vector<Tensor>&) {
+      if (t == 0) traced->results = traced->pending.wait();
+      return std::move(traced->results[t]);
+    };
+    out.push_back(hook != nullptr ? hook->shard_call("all_reduce_wait", traced->values[t], take)
+                                  : take(traced->values[t]));
+  }
+  traced->values.clear();  // the trace's values are not kept alive by the program
+  return out;
+}
+
 bool PendingAllReduce::test() {
+  if (traced_) return traced_->pending.test();
   bool done = true;
   for (GroupInFlight& g : groups_) done = g.pending->test() && done;
   return done;
 }
 
 std::vector<std::vector<Tensor>> PendingAllReduce::wait() {
+  if (traced_) return wait_traced();
   if (groups_.empty()) return std::move(done_);
   std::vector<std::vector<Tensor>> out(num_tensors_, std::vector<Tensor>(num_local_));
   for (GroupInFlight& g : groups_) {

@@ -78,16 +78,23 @@ class PendingAllReduce {
     std::vector<size_t> local_indices;  // of the group's local members, in group order
     std::unique_ptr<PendingCollective> pending;
   };
+  // A bucket started while a step is traced: its start and its wait are recorded as calls of the
+  // captured program, which share this state, so that a replay overlaps as eager code does.
+  struct Traced;
+  std::vector<std::vector<Tensor>> wait_traced();
+  std::shared_ptr<Traced> traced_;
   std::vector<GroupInFlight> groups_;
   std::vector<std::vector<Tensor>> done_;  // the results when nothing needed communication
   size_t num_tensors_ = 0, num_local_ = 0;
 };
 
 // Starts the all-reduce of several mesh-wide values at once (a bucket: tensors[t] holds value t's
-// local shards) and returns while it runs, so that the caller can compute meanwhile: MPI sends
-// each group's bucket as one nonblocking call; backends that cannot overlap finish it here. The
+// local shards) and returns while it runs, so that the caller can compute meanwhile: MPI reduces
+// each group's bucket on its communication thread; backends that cannot overlap finish it here. The
 // results equal all_reduce's on each value. Counted as one all-reduce in CollectiveStats. Every
-// process makes the same starts in the same order, and waits for them in that order.
+// process makes the same starts in the same order, and waits for them in that order. While a step
+// is traced (runtime/capture_hook.h), the start and the wait are each recorded, one call per value,
+// so that the captured program starts the bucket and waits for it at the same points.
 PendingAllReduce all_reduce_start(const Mesh& mesh, MeshDimMask dims,
                                   const std::vector<std::vector<Tensor>>& tensors, ReduceOp op);
 

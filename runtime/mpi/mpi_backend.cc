@@ -3,12 +3,18 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "runtime/block.h"
+#include "runtime/mpi/comm_thread.h"
 #include "runtime/mpi/mpi_check.h"
 #include "runtime/shape.h"
 
@@ -193,11 +199,90 @@ class MpiPending final : public PendingCollective {
   bool active_ = false;
 };
 
+// DTENSOR_OVERLAP_TRACE=1: one line per bucket on stderr when it is waited for, with the
+// system-wide monotonic clock in ms (comparable between the processes of one host): when the
+// caller queued it, when the communication thread began and ended its MPI calls, and when the
+// caller began and ended waiting. Blocking all-reduces print their span too.
+bool overlap_trace_on() {
+  static const bool on = [] {
+    const char* v = std::getenv("DTENSOR_OVERLAP_TRACE");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return on;
+}
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// DTENSOR_MPI_COMM_THREAD: 0 sends buckets as one MPI_Iallreduce from the caller's thread, 1
+// runs blocking MPI_Allreduce calls on the communication thread, 2 (the default) nonblocking ones
+// polled with yields there when two processes take part (blocking ones otherwise).
+int comm_thread_mode() {
+  static const int mode = [] {
+    const char* v = std::getenv("DTENSOR_MPI_COMM_THREAD");
+    return v == nullptr || v[0] == '\0' ? 2 : std::atoi(v);
+  }();
+  return mode;
+}
+
+// A bucket handed to the communication thread: the tensors, their results (allocated by the
+// caller: the tensor pool is thread-safe, but allocating here keeps the worker to MPI alone), and
+// the error MPI gave, if any. Shared by the caller's handle and the queued work, so a handle
+// dropped unfinished leaves nothing dangling.
+struct ThreadedBucket {
+  std::vector<Tensor> inputs;
+  std::vector<Tensor> outputs;
+  std::exception_ptr error;
+  int64_t process = 0, bytes = 0;
+  double queued = 0, began = 0, ended = 0;  // trace timestamps
+};
+
+class ThreadedPending final : public PendingCollective {
+ public:
+  ThreadedPending(CommThread& thread, uint64_t ticket, std::shared_ptr<ThreadedBucket> bucket)
+      : thread_(thread), ticket_(ticket), bucket_(std::move(bucket)) {}
+
+  bool test() override { return thread_.done(ticket_); }
+
+  std::vector<std::vector<Tensor>> wait() override {
+    const double waiting = overlap_trace_on() ? now_ms() : 0;
+    thread_.wait(ticket_);
+    if (bucket_->error) std::rethrow_exception(bucket_->error);
+    if (overlap_trace_on()) {
+      const ThreadedBucket& b = *bucket_;
+      std::fprintf(stderr,
+                   "[overlap-trace] process=%lld bucket tensors=%zu bytes=%lld queued=%.3f "
+                   "mpi_begin=%.3f mpi_end=%.3f wait_begin=%.3f wait_end=%.3f\n",
+                   static_cast<long long>(b.process), b.inputs.size(),
+                   static_cast<long long>(b.bytes), b.queued, b.began, b.ended, waiting, now_ms());
+    }
+    std::vector<std::vector<Tensor>> out;
+    out.reserve(bucket_->outputs.size());
+    for (Tensor& t : bucket_->outputs) out.push_back({std::move(t)});
+    return out;
+  }
+
+ private:
+  CommThread& thread_;
+  const uint64_t ticket_;
+  std::shared_ptr<ThreadedBucket> bucket_;
+};
+
 class MpiBackend final : public CollectiveBackend {
  public:
-  MpiBackend() = default;
+  MpiBackend() {
+    // The worker makes MPI calls while the caller runs: MPI must allow calls from any thread one
+    // at a time (mu_ serialises them). Without that, buckets go out as MPI_Iallreduce.
+    int provided = MPI_THREAD_SINGLE;
+    use_comm_thread_ = MPI_Query_thread(&provided) == MPI_SUCCESS &&
+                       provided >= MPI_THREAD_SERIALIZED && comm_thread_mode() != 0;
+  }
 
   ~MpiBackend() override {
+    comm_.stop();  // its work uses the communicators freed below
     int finalized = 1;
     MPI_Finalized(&finalized);
     if (finalized) return;
@@ -223,7 +308,7 @@ class MpiBackend final : public CollectiveBackend {
     require_one_member_per_process(group, inputs.size(), name(), "all_gather");
     const Tensor& in = inputs[0];
     const size_t k = static_cast<size_t>(group.size());
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock = exclusive();
     MPI_Comm comm = comm_for(ranks_of(group));
     // Only the sizes along `axis` differ between members.
     int64_t own = in.dim(axis);
@@ -271,7 +356,7 @@ class MpiBackend final : public CollectiveBackend {
         counts.push_back(mpi_count(chunk_range(n, k, p).size * row, "reduce_scatter"));
       }
       Tensor out = Tensor::empty(with_dim(in.shape(), axis, own.size), in.dtype(), in.device());
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock = exclusive();
       MPI_Comm comm = comm_for(ranks_of(group));
       check_mpi(MPI_Reduce_scatter(in.raw_data(), out.raw_data(), counts.data(),
                                    mpi_type(in.dtype()), mpi_op(op, in.dtype()), comm),
@@ -297,7 +382,7 @@ class MpiBackend final : public CollectiveBackend {
       return with_dim(input, split_axis, chunk_range(input[split_axis], k, j).size);
     };
 
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock = exclusive();
     MPI_Comm comm = comm_for(ranks_of(group));
     std::vector<Shape> shapes = member_shapes(group, in, comm, "all_to_all");
     std::vector<int> send_counts, recv_counts;
@@ -365,7 +450,7 @@ class MpiBackend final : public CollectiveBackend {
       for (int64_t d = 0; d < source.rank(); ++d)
         header[static_cast<size_t>(2 + d)] = source.dim(d);
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock = exclusive();
     MPI_Comm comm = comm_for(ranks_of(group));
     check_mpi(
         MPI_Bcast(header.data(), static_cast<int>(header.size()), MPI_INT64_T, root_rank, comm),
@@ -387,6 +472,7 @@ class MpiBackend final : public CollectiveBackend {
       require_one_member_per_process(group, members.size(), name(), "all_reduce_start");
     }
     if (inputs.empty()) return std::make_unique<CompletedCollective>(inputs);
+    if (use_comm_thread_) return start_on_comm_thread(group, inputs, op);
     const DType dtype = inputs[0][0].dtype();
     for (const std::vector<Tensor>& members : inputs) {
       // One MPI call carries one datatype: a mixed bucket takes the blocking path.
@@ -407,7 +493,7 @@ class MpiBackend final : public CollectiveBackend {
       }
     }
     auto pending = std::make_unique<MpiPending>(mu_, send, inputs);
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock = exclusive();
     MPI_Comm comm = comm_for(ranks_of(group));
     check_mpi(MPI_Iallreduce(send.raw_data(), pending->received().raw_data(), count,
                              mpi_type(dtype), mpi_op(op, dtype), comm, pending->request()),
@@ -418,19 +504,110 @@ class MpiBackend final : public CollectiveBackend {
 
   void barrier(const Group& group) override {
     require_one_member_per_process(group, 1, name(), "barrier");
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock = exclusive();
     check_mpi(MPI_Barrier(comm_for(ranks_of(group))), "barrier", "MPI_Barrier");
   }
 
  private:
+  // mu_, once the communication thread has run everything queued before: this process's MPI
+  // calls then go out in program order, as on every other process.
+  std::unique_lock<std::mutex> exclusive() {
+    comm_.drain();
+    return std::unique_lock<std::mutex>(mu_);
+  }
+
+  // The bucket as one blocking MPI_Allreduce per tensor, in order, on the communication thread:
+  // the same calls a blocking all_reduce of each tensor makes, so the same sums, bit for bit.
+  std::unique_ptr<PendingCollective> start_on_comm_thread(
+      const Group& group, const std::vector<std::vector<Tensor>>& inputs, ReduceOp op) {
+    auto bucket = std::make_shared<ThreadedBucket>();
+    bucket->process = group.self;
+    for (const std::vector<Tensor>& members : inputs) {
+      const Tensor& in = members[0];
+      mpi_count(in.num_elements(), "all_reduce_start");
+      bucket->inputs.push_back(in);
+      bucket->outputs.push_back(Tensor::empty(in.shape(), in.dtype(), in.device()));
+      bucket->bytes += static_cast<int64_t>(in.nbytes());
+    }
+    if (overlap_trace_on()) bucket->queued = now_ms();
+    const bool yielding = group.size() == 2 && comm_thread_mode() == 2;
+    const uint64_t ticket =
+        comm_.submit([this, bucket, ranks = ranks_of(group), op, yielding]() noexcept {
+          ThreadedBucket& b = *bucket;
+          if (overlap_trace_on()) b.began = now_ms();
+          try {
+            if (yielding) {
+              reduce_bucket_yielding(b, ranks, op);
+            } else {
+              reduce_bucket_blocking(b, ranks, op);
+            }
+          } catch (...) {
+            b.error = std::current_exception();
+          }
+          if (overlap_trace_on()) b.ended = now_ms();
+        });
+    return std::make_unique<ThreadedPending>(comm_, ticket, std::move(bucket));
+  }
+
+  // On the communication thread: one MPI_Allreduce per tensor, in order.
+  void reduce_bucket_blocking(ThreadedBucket& b, const std::vector<int>& ranks, ReduceOp op) {
+    std::lock_guard<std::mutex> lock(mu_);
+    MPI_Comm comm = comm_for(ranks);
+    for (size_t t = 0; t < b.inputs.size(); ++t) {
+      const Tensor& in = b.inputs[t];
+      check_mpi(
+          MPI_Allreduce(in.raw_data(), b.outputs[t].raw_data(), static_cast<int>(in.num_elements()),
+                        mpi_type(in.dtype()), mpi_op(op, in.dtype()), comm),
+          "all_reduce_start", "MPI_Allreduce");
+    }
+  }
+
+  // On the communication thread, for two processes: every tensor's MPI_Iallreduce at once, then
+  // tests, giving the core away between them. A blocking MPI call spins while it waits for the
+  // other process; with no idle core, that spin takes the core from this process's own
+  // computation. With two members every algorithm adds the same two terms (a + b == b + a), so
+  // the sums are the blocking path's bit for bit.
+  void reduce_bucket_yielding(ThreadedBucket& b, const std::vector<int>& ranks, ReduceOp op) {
+    std::vector<MPI_Request> requests(b.inputs.size(), MPI_REQUEST_NULL);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      MPI_Comm comm = comm_for(ranks);
+      for (size_t t = 0; t < b.inputs.size(); ++t) {
+        const Tensor& in = b.inputs[t];
+        check_mpi(MPI_Iallreduce(in.raw_data(), b.outputs[t].raw_data(),
+                                 static_cast<int>(in.num_elements()), mpi_type(in.dtype()),
+                                 mpi_op(op, in.dtype()), comm, &requests[t]),
+                  "all_reduce_start", "MPI_Iallreduce");
+      }
+    }
+    for (;;) {
+      int done = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        check_mpi(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done,
+                              MPI_STATUSES_IGNORE),
+                  "all_reduce_start", "MPI_Testall");
+      }
+      if (done) return;
+      std::this_thread::yield();
+    }
+  }
+
   // The reduction over every member (MPI_Allreduce).
   Tensor reduce_all(const Group& group, const Tensor& in, ReduceOp op, const char* function) {
     Tensor out = Tensor::empty(in.shape(), in.dtype(), in.device());
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock = exclusive();
     MPI_Comm comm = comm_for(ranks_of(group));
+    const double began = overlap_trace_on() ? now_ms() : 0;
     check_mpi(MPI_Allreduce(in.raw_data(), out.raw_data(), mpi_count(in.num_elements(), function),
                             mpi_type(in.dtype()), mpi_op(op, in.dtype()), comm),
               function, "MPI_Allreduce");
+    if (overlap_trace_on()) {
+      std::fprintf(stderr,
+                   "[overlap-trace] process=%lld blocking bytes=%zu mpi_begin=%.3f "
+                   "mpi_end=%.3f\n",
+                   static_cast<long long>(group.self), in.nbytes(), began, now_ms());
+    }
     return out;
   }
 
@@ -509,6 +686,8 @@ class MpiBackend final : public CollectiveBackend {
   }
 
   std::mutex mu_;
+  CommThread comm_;
+  bool use_comm_thread_ = false;
   std::map<std::vector<int>, MPI_Comm> comms_;
   MPI_Op bf16_ops_[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
   // NaN-propagating max and min: f32 max, f32 min, f64 max, f64 min.
