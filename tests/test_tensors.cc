@@ -1,6 +1,8 @@
 #include "tests/test_tensors.h"
 
+#include <cstring>
 #include <random>
+#include <vector>
 
 #include "dtensor/relayout.h"
 #include "runtime/block.h"
@@ -102,6 +104,24 @@ DTensor distribute_with_terms(const Tensor& global, const Layout& layout, uint64
     }
   }
   return DTensor(global.shape(), global.dtype(), layout, std::move(terms));
+}
+
+bool same_bits(const DTensor& a, const DTensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype() || a.layout() != b.layout()) return false;
+  for (size_t i = 0; i < a.shards().size(); ++i) {
+    const Tensor& x = a.shards()[i];
+    const Tensor& y = b.shards()[i];
+    if (x.shape() != y.shape() || std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+DTensor deep_copy(const DTensor& x) {
+  std::vector<Tensor> shards;
+  for (const Tensor& t : x.shards()) shards.push_back(t.clone());
+  return DTensor::from_trusted_shards(x.shape(), x.dtype(), x.layout(), shards);
 }
 
 }  // namespace dtensor::testing

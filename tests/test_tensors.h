@@ -16,4 +16,10 @@ Tensor integer_tensor(const Shape& shape, DType dtype, uint64_t seed);
 // data).
 DTensor distribute_with_terms(const Tensor& global, const Layout& layout, uint64_t seed);
 
+// Same shape, dtype and layout, and every local shard holds the same bytes.
+bool same_bits(const DTensor& a, const DTensor& b);
+
+// A copy of every local shard (to check later that a value was not overwritten in place).
+DTensor deep_copy(const DTensor& x);
+
 }  // namespace dtensor::testing

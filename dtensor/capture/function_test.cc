@@ -21,25 +21,14 @@
 #include "ops/ops.h"
 #include "runtime/process.h"
 #include "tests/layout_enumeration.h"
+#include "tests/test_tensors.h"
 
 using namespace dtensor;
 using Catch::Message;
+using dtensor::testing::same_bits;
 using dtensor::testing::test_mesh;
 
 namespace {
-
-// Every local shard of `a` and `b` holds the same bytes.
-bool same_bits(const DTensor& a, const DTensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype() || a.layout() != b.layout()) return false;
-  for (size_t i = 0; i < a.shards().size(); ++i) {
-    const Tensor& x = a.shards()[i];
-    const Tensor& y = b.shards()[i];
-    if (x.shape() != y.shape() || std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) != 0) {
-      return false;
-    }
-  }
-  return true;
-}
 
 std::vector<DTensor> values(const std::vector<DVariable>& vars) {
   std::vector<DTensor> out;

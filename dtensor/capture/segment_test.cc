@@ -10,30 +10,13 @@
 #include "dtensor/capture/function.h"
 #include "dtensor/creation.h"
 #include "ops/ops.h"
+#include "tests/test_tensors.h"
 
 using namespace dtensor;
+using dtensor::testing::deep_copy;
+using dtensor::testing::same_bits;
 
 namespace {
-
-// Every local shard of `a` and `b` holds the same bytes.
-bool same_bits(const DTensor& a, const DTensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype() || a.layout() != b.layout()) return false;
-  for (size_t i = 0; i < a.shards().size(); ++i) {
-    const Tensor& x = a.shards()[i];
-    const Tensor& y = b.shards()[i];
-    if (x.shape() != y.shape() || std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) != 0) {
-      return false;
-    }
-  }
-  return true;
-}
-
-// A deep copy of every shard (to check later that a value was not overwritten).
-DTensor deep_copy(const DTensor& x) {
-  std::vector<Tensor> shards;
-  for (const Tensor& t : x.shards()) shards.push_back(t.clone());
-  return DTensor::from_trusted_shards(x.shape(), x.dtype(), x.layout(), shards);
-}
 
 // A long chain of unary and binary ops with row, scalar and column broadcasts, comparisons and
 // scales between them (which end segments), returning several intermediate values.
