@@ -109,6 +109,34 @@ bool run_row_stacked(const std::vector<const DTensor*>& inputs, size_t s,
   return true;
 }
 
+// The local devices of one partial-sum group, and those among them whose term can be nonzero.
+struct PartialGroup {
+  std::vector<size_t> members;  // local indices, in group order
+  std::vector<size_t> terms;    // the members whose term can be nonzero
+};
+
+// The groups of `output_layout`'s partial dims that have local members. The kernels are linear
+// in every input: a shared-zeros operand makes a member's term zero.
+std::vector<PartialGroup> partial_groups(const std::vector<const DTensor*>& inputs,
+                                         const Layout& output_layout) {
+  const Mesh& mesh = output_layout.mesh();
+  std::vector<PartialGroup> groups;
+  for (const std::vector<int64_t>& ids : mesh.groups(output_layout.partial_mask())) {
+    PartialGroup g;
+    for (int64_t id : ids) {
+      if (mesh.is_local(id)) g.members.push_back(static_cast<size_t>(mesh.local_index(id)));
+    }
+    if (g.members.empty()) continue;
+    for (size_t m : g.members) {
+      bool zero = false;
+      for (const DTensor* in : inputs) zero = zero || in->shard(m).is_shared_zeros();
+      if (!zero) g.terms.push_back(m);
+    }
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
 // Stacking::contraction_axes: one call per partial group of local devices; fills `shards` (one
 // per local device) and returns true, or returns false having done nothing.
 bool run_contraction_stacked(const std::vector<const DTensor*>& inputs,
@@ -123,27 +151,14 @@ bool run_contraction_stacked(const std::vector<const DTensor*>& inputs,
     if (p.op != ReduceOp::kSum) return false;
   }
   const Mesh& mesh = output_layout.mesh();
-  struct Group {
-    std::vector<size_t> members;  // local indices, in group order
-    std::vector<size_t> terms;    // the members whose term can be nonzero
+  struct Group : PartialGroup {
     Tensor sum;
   };
   std::vector<Group> groups;
   bool merges = false;
-  for (const std::vector<int64_t>& ids : mesh.groups(output_layout.partial_mask())) {
-    Group g;
-    for (int64_t id : ids) {
-      if (mesh.is_local(id)) g.members.push_back(static_cast<size_t>(mesh.local_index(id)));
-    }
-    if (g.members.empty()) continue;
-    // The kernel is linear in every input: a shared-zeros operand makes the term zero.
-    for (size_t m : g.members) {
-      bool zero = false;
-      for (const DTensor* in : inputs) zero = zero || in->shard(m).is_shared_zeros();
-      if (!zero) g.terms.push_back(m);
-    }
-    merges = merges || g.members.size() > 1;
-    groups.push_back(std::move(g));
+  for (PartialGroup& p : partial_groups(inputs, output_layout)) {
+    merges = merges || p.members.size() > 1;
+    groups.push_back(Group{std::move(p), Tensor()});
   }
   if (!merges) return false;
   // Concatenate every input first: a shape that does not fit leaves everything to the plain path.
@@ -252,27 +267,15 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
   // The chunk values are added on the host: GPU meshes keep the plain paths.
   if (mesh.device_type() != DeviceType::kCPU) return false;
   const size_t num_local = static_cast<size_t>(mesh.num_local_devices());
-  struct Group {
-    std::vector<size_t> members;             // local indices, in group order
-    std::vector<size_t> terms;               // the members whose term can be nonzero
+  struct Group : PartialGroup {
     std::vector<std::vector<Tensor>> parts;  // per part: its inputs
     size_t first_chunk = 0, num_chunks = 0;
     Tensor sum;
   };
   std::vector<Group> groups;
   if (output_layout.is_partial()) {
-    for (const std::vector<int64_t>& ids : mesh.groups(output_layout.partial_mask())) {
-      Group g;
-      for (int64_t id : ids) {
-        if (mesh.is_local(id)) g.members.push_back(static_cast<size_t>(mesh.local_index(id)));
-      }
-      if (g.members.empty()) continue;
-      for (size_t m : g.members) {
-        bool zero = false;
-        for (const DTensor* in : inputs) zero = zero || in->shard(m).is_shared_zeros();
-        if (!zero) g.terms.push_back(m);
-      }
-      groups.push_back(std::move(g));
+    for (PartialGroup& p : partial_groups(inputs, output_layout)) {
+      groups.push_back(Group{std::move(p), {}, 0, 0, Tensor()});
     }
   } else {
     // Whole sums: devices reading the same buffers compute once.
@@ -287,7 +290,7 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
       if (same != nullptr) {
         same->members.push_back(i);
       } else {
-        groups.push_back(Group{{i}, {i}, {}, 0, 0, Tensor()});
+        groups.push_back(Group{PartialGroup{{i}, {i}}, {}, 0, 0, Tensor()});
       }
     }
   }
