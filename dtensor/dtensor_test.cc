@@ -2,8 +2,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <optional>
+#include <thread>
 
 #include "dtensor/creation.h"
 #include "dtensor/relayout.h"
@@ -178,6 +181,66 @@ TEST_CASE("DVariable assigns through relayout and keeps its identity") {
   DTensor now = v.value();
   CHECK(bitwise_equal(to_global(now), x));
   for (const Tensor& s : now.shards()) CHECK(s.shares_storage_with(now.shard(0)));
+}
+
+TEST_CASE("DVariable::update_in_place writes only buffers no one else holds, atomically") {
+  Mesh mesh = line8();
+  for (const Layout& layout :
+       {Layout::replicated(mesh, 2), Layout::batch_sharded(mesh, "batch", 2)}) {
+    INFO(layout.to_string());
+    // A replicated value's shards share one buffer: still the variable's own.
+    DVariable v(distribute(integer_tensor({16, 4}, DType::kF32, 1), layout), "w");
+    auto fill_with = [](float value) {
+      return [value](const std::vector<Tensor>& shards) {
+        for (const Tensor& t : shards) {
+          Tensor w = t;
+          for (int64_t i = 0; i < w.num_elements(); ++i) w.data<float>()[i] = value;
+        }
+        return true;
+      };
+    };
+    CHECK(v.update_in_place(fill_with(1.0f)));
+    std::optional<DTensor> held = v.value();  // a read still alive: copy-on-write must hold
+    const void* buffer = held->shard(0).raw_data();
+    CHECK_FALSE(v.update_in_place(fill_with(2.0f)));
+    CHECK(to_global(*held).data<float>()[0] == 1.0f);
+    // What update returns is passed on.
+    DVariable other(distribute(integer_tensor({16, 4}, DType::kF32, 2), layout));
+    CHECK_FALSE(other.update_in_place([](const std::vector<Tensor>&) { return false; }));
+    // Once the read is gone, the same buffers are written.
+    held.reset();
+    CHECK(v.update_in_place(fill_with(3.0f)));
+    CHECK(v.value().shard(0).raw_data() == buffer);
+    CHECK(to_global(v.value()).data<float>()[63] == 3.0f);
+  }
+  // A reader on another thread sees whole updates only, and what it holds never changes.
+  DVariable v(
+      distribute(Tensor::zeros({64, 64}, DType::kF32), Layout::batch_sharded(mesh, "batch", 2)));
+  std::atomic<bool> done{false};
+  std::atomic<int> torn{0};
+  std::thread reader([&] {
+    while (!done.load()) {
+      const Tensor t = to_global(v.value());
+      const float first = t.data<float>()[0];
+      for (int64_t i = 0; i < t.num_elements(); ++i) torn += t.data<float>()[i] != first ? 1 : 0;
+    }
+  });
+  int in_place = 0;
+  for (int k = 1; k <= 2000; ++k) {
+    in_place += v.update_in_place([k](const std::vector<Tensor>& shards) {
+      for (const Tensor& t : shards) {
+        Tensor w = t;
+        for (int64_t i = 0; i < w.num_elements(); ++i) w.data<float>()[i] = static_cast<float>(k);
+      }
+      return true;
+    })
+                    ? 1
+                    : 0;
+  }
+  done = true;
+  reader.join();
+  CHECK(torn.load() == 0);
+  CHECK(in_place > 0);
 }
 
 TEST_CASE("DVariable rejects values that do not fit") {

@@ -124,6 +124,20 @@ void DVariable::assign(const DTensor& value) {
   state_->value = v.with_id(state_->value_id);
 }
 
+bool DVariable::update_in_place(
+    const std::function<bool(const std::vector<Tensor>& shards)>& update) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  const std::vector<Tensor>& shards = state_->value.shards_;
+  for (const Tensor& t : shards) {
+    // Shards of replicas may share one buffer: it is the variable's alone when its only holders
+    // are those shards.
+    int64_t own = 0;
+    for (const Tensor& u : shards) own += u.shares_storage_with(t) ? 1 : 0;
+    if (t.holders() != own || t.is_shared_zeros()) return false;
+  }
+  return update(shards);
+}
+
 void DVariable::assign_add(const DTensor& delta) {
   if (TraceHook* hook = TraceHook::active()) {
     hook->effect("DVariable::assign_add", {&delta}, [self = *this](const TraceHook::Inputs& in) {

@@ -14,6 +14,7 @@
 // the others.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -35,6 +36,14 @@ class DVariable {
   void assign(const DTensor& value);
   void assign_add(const DTensor& delta);
   void assign_sub(const DTensor& delta);
+
+  // Writes the value's buffers in place, atomically like assign: under the variable's lock, when
+  // nothing but the variable holds its shards' buffers (no DTensor read from value() is alive,
+  // no other tensor shares them), calls `update` with the shards and returns what it returns;
+  // otherwise returns false without calling it. `update` writes elements only (same shapes, no
+  // new handles) and must not call this variable's methods. For optimizer applies in replayed
+  // steps (dtensor/optim), which must not copy-on-write every step.
+  bool update_in_place(const std::function<bool(const std::vector<Tensor>& shards)>& update);
 
  private:
   struct State;

@@ -117,6 +117,8 @@ class Tensor {
   std::optional<Tensor> leading_view(int64_t begin, int64_t end) const;
   // True if no other Tensor shares this storage (a view shares its parent's).
   bool is_unique() const { return storage_.use_count() == 1 && !storage_->is_view(); }
+  // How many handles share this storage, this one included (a view of it counts once).
+  int64_t holders() const { return storage_->is_view() ? -1 : storage_.use_count(); }
   bool shares_storage_with(const Tensor& other) const { return storage_ == other.storage_; }
   // True if both handles view the same elements: same storage, shape and dtype (shared zeros of
   // different shapes share storage but are different tensors). Devices are ignored.

@@ -121,6 +121,43 @@ void Optimizer::apply_now(const std::vector<DVariable>& vars, const std::vector<
   ++step_;
 }
 
+namespace {
+
+// Holds the locks of slots[i..] in turn (DVariable::update_in_place), collecting their shards in
+// `held`, then returns fn(); false as soon as one slot's buffers are held elsewhere.
+bool with_slots_held(std::vector<DVariable>& slots, size_t i,
+                     std::vector<std::vector<Tensor>>& held, const std::function<bool()>& fn) {
+  if (i == slots.size()) return fn();
+  return slots[i].update_in_place([&](const std::vector<Tensor>& shards) {
+    held.push_back(shards);
+    const bool done = with_slots_held(slots, i + 1, held, fn);
+    held.pop_back();
+    return done;
+  });
+}
+
+}  // namespace
+
+bool Optimizer::update_held_in_place(const DVariable& var, std::vector<DVariable>& slot_vars,
+                                     const DTensor& grad, const std::vector<size_t>& first,
+                                     double lr, int64_t step) {
+  DVariable target = var;
+  return target.update_in_place([&](const std::vector<Tensor>& w) {
+    std::vector<std::vector<Tensor>> held;
+    return with_slots_held(slot_vars, 0, held, [&] {
+      for (size_t d = 0; d < w.size(); ++d) {
+        if (first[d] != d) continue;  // a replica of computation first[d]: the same buffers
+        Tensor var_d = w[d];
+        std::vector<Tensor> slots_d;
+        for (const std::vector<Tensor>& s : held) slots_d.push_back(s[d]);
+        // false only for an optimizer without an in-place form, before it writes anything
+        if (!update_in_place(var_d, grad.shard(d), slots_d, lr, step)) return false;
+      }
+      return true;
+    });
+  });
+}
+
 void Optimizer::update_variable(const DVariable& var, std::vector<DVariable>& slot_vars,
                                 const DTensor& grad, double lr, int64_t step, bool in_place) {
   std::optional<DTensor> value = var.value();
@@ -142,7 +179,8 @@ void Optimizer::update_variable(const DVariable& var, std::vector<DVariable>& sl
     first[d] = same;
   }
   // In place only where each computation's buffers are its own (not shared with another
-  // computation) on the host, and no one else holds them (checked once the variables let go).
+  // computation) on the host, and no one else holds them: checked under the variables' locks
+  // once this function has let go of its reads (DVariable::update_in_place).
   bool own = in_place && value->shard(0).device().type == DeviceType::kCPU;
   for (size_t d = 0; d < n && own; ++d) {
     for (size_t e = 0; e < d && own; ++e) {
@@ -152,6 +190,13 @@ void Optimizer::update_variable(const DVariable& var, std::vector<DVariable>& sl
         own = !slot_values[s]->shard(d).shares_storage_with(slot_values[s]->shard(e));
       }
     }
+  }
+  if (own) {
+    value.reset();
+    slot_values.clear();
+    if (update_held_in_place(var, slot_vars, grad, first, lr, step)) return;
+    value = var.value();
+    for (const DVariable& s : slot_vars) slot_values.emplace_back(s.value());
   }
   // The inputs of each computation, one handle each, and every shard's device.
   std::vector<Tensor> vars_in(n);
@@ -164,26 +209,6 @@ void Optimizer::update_variable(const DVariable& var, std::vector<DVariable>& sl
     for (size_t s = 0; s < k; ++s) slots_in[d].push_back(slot_values[s]->shard(d));
   }
   DVariable target = var;  // a handle: assigning through the copy updates the variable
-  if (own) {
-    value.reset();
-    slot_values.clear();
-    // The variables hold stand-ins (shared zeros, no memory) while their buffers are updated,
-    // so that uniqueness tells whether a user still holds a value, which then keeps its contents.
-    std::vector<Tensor> stand_in;
-    for (size_t d = 0; d < n; ++d) {
-      const Tensor& t = vars_in[first[d]];
-      stand_in.push_back(Tensor::shared_zeros(t.shape(), t.dtype(), devices[d]));
-    }
-    const DTensor placeholder =
-        DTensor::from_trusted_shards(var.shape(), var.dtype(), var.layout(), std::move(stand_in));
-    target.assign(placeholder);
-    for (DVariable& s : slot_vars) s.assign(placeholder);
-    for (size_t d = 0; d < n && own; ++d) {
-      if (first[d] != d) continue;
-      own = vars_in[d].is_unique();
-      for (size_t s = 0; s < k && own; ++s) own = slots_in[d][s].is_unique();
-    }
-  }
   std::vector<Tensor> new_var(n);
   std::vector<std::vector<Tensor>> new_slots(k, std::vector<Tensor>(n));
   for (size_t d = 0; d < n; ++d) {
@@ -194,11 +219,6 @@ void Optimizer::update_variable(const DVariable& var, std::vector<DVariable>& sl
       continue;
     }
     const Tensor& v = vars_in[d];
-    if (own && update_in_place(vars_in[d], grad.shard(d), slots_in[d], lr, step)) {
-      new_var[d] = vars_in[d];
-      for (size_t s = 0; s < k; ++s) new_slots[s][d] = slots_in[d][s];
-      continue;
-    }
     std::vector<Tensor> out_slots;
     for (size_t s = 0; s < k; ++s) out_slots.push_back(Tensor::empty(v.shape(), v.dtype(), device));
     Tensor out = Tensor::empty(v.shape(), v.dtype(), device);

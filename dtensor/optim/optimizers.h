@@ -70,6 +70,12 @@ class Optimizer {
                  bool in_place);
   void update_variable(const DVariable& var, std::vector<DVariable>& slot_vars, const DTensor& grad,
                        double lr, int64_t step, bool in_place);
+  // update_in_place on each computation's buffers (the devices d with first[d] == d), with the
+  // variable's and its slots' locks held; false, nothing written, when some buffer is held
+  // elsewhere or the optimizer has no in-place form.
+  bool update_held_in_place(const DVariable& var, std::vector<DVariable>& slot_vars,
+                            const DTensor& grad, const std::vector<size_t>& first, double lr,
+                            int64_t step);
   // The slots of `var`, created (zeros) if it has none yet.
   std::vector<DVariable>& slots_of(const DVariable& var, const std::string& function);
 
