@@ -124,4 +124,14 @@ DTensor deep_copy(const DTensor& x) {
   return DTensor::from_trusted_shards(x.shape(), x.dtype(), x.layout(), shards);
 }
 
+std::vector<double> global_values(const DTensor& x) {
+  Tensor g = to_global(x);
+  std::vector<double> out(static_cast<size_t>(g.num_elements()));
+  for (int64_t i = 0; i < g.num_elements(); ++i) {
+    out[static_cast<size_t>(i)] =
+        g.dtype() == DType::kF32 ? g.data<float>()[i] : g.data<double>()[i];
+  }
+  return out;
+}
+
 }  // namespace dtensor::testing

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "dtensor/dtensor.h"
 
@@ -18,6 +19,9 @@ DTensor distribute_with_terms(const Tensor& global, const Layout& layout, uint64
 
 // Same shape, dtype and layout, and every local shard holds the same bytes.
 bool same_bits(const DTensor& a, const DTensor& b);
+
+// The global value of a f32 or f64 tensor, element by element, as doubles.
+std::vector<double> global_values(const DTensor& x);
 
 // A copy of every local shard (to check later that a value was not overwritten in place).
 DTensor deep_copy(const DTensor& x);

@@ -11,9 +11,13 @@
 #include <vector>
 
 #include "dtensor/checkpoint/checkpoint.h"
+#include "tests/layout_enumeration.h"
+#include "tests/test_tensors.h"
 
 using namespace dtensor;
 using Catch::Message;
+using dtensor::testing::all_layouts;
+using dtensor::testing::global_values;
 
 namespace {
 
@@ -33,29 +37,6 @@ Tensor values(const Shape& shape, DType dtype, int64_t t) {
     }
   }
   return x;
-}
-
-std::vector<double> global_values(const DTensor& x) {
-  Tensor g = to_global(x);
-  std::vector<double> out(static_cast<size_t>(g.num_elements()));
-  for (int64_t i = 0; i < g.num_elements(); ++i) {
-    out[static_cast<size_t>(i)] =
-        g.dtype() == DType::kF32 ? g.data<float>()[i] : g.data<double>()[i];
-  }
-  return out;
-}
-
-std::vector<Layout> rank2_layouts(const Mesh& mesh) {
-  std::vector<std::string> specs{"unsharded"};
-  for (const MeshDim& d : mesh.dims()) specs.push_back(d.name);
-  std::vector<Layout> out;
-  for (const std::string& a : specs) {
-    for (const std::string& b : specs) {
-      if (a != "unsharded" && a == b) continue;
-      out.emplace_back(std::vector<std::string>{a, b}, mesh);
-    }
-  }
-  return out;
 }
 
 // `steps` rounds of (assign the step's value, apply) on a [5,3] variable in `layout`; returns the
@@ -134,7 +115,7 @@ TEST_CASE("EMA gives the same bits on one device and on {8} and {2,4} meshes in 
     std::vector<double> want = run(Layout::replicated(one_device(), 2), dtype, 7);
     for (const Mesh& mesh : {Mesh::create({{"batch", 8}}, DeviceType::kCPU),
                              Mesh::create({{"x", 2}, {"y", 4}}, DeviceType::kCPU)}) {
-      for (const Layout& layout : rank2_layouts(mesh)) {
+      for (const Layout& layout : all_layouts(mesh, 2, /*with_partial=*/false)) {
         INFO(layout.to_string());
         CHECK(run(layout, dtype, 7) == want);
       }

@@ -17,6 +17,7 @@
 using namespace dtensor;
 using Catch::Message;
 using dtensor::testing::distribute_with_terms;
+using dtensor::testing::global_values;
 using dtensor::testing::integer_tensor;
 
 namespace {
@@ -34,16 +35,6 @@ Tensor tensor_of(const Shape& shape, DType dtype, const std::function<double(int
     }
   }
   return t;
-}
-
-std::vector<double> values_of(const DTensor& x) {
-  Tensor g = to_global(x);
-  std::vector<double> out(static_cast<size_t>(g.num_elements()));
-  for (int64_t i = 0; i < g.num_elements(); ++i) {
-    out[static_cast<size_t>(i)] =
-        g.dtype() == DType::kF32 ? g.data<float>()[i] : g.data<double>()[i];
-  }
-  return out;
 }
 
 // Initial weights and the gradient of step t (1-based), element i: smooth, signed, distinct.
@@ -133,7 +124,7 @@ void check_against_reference(const Case& c, DType dtype, double rel, int64_t ste
     for (int64_t i = 0; i < n; ++i) {
       c.rule(ref[static_cast<size_t>(i)], gradient_at(t, i), lr(t - 1), t);
     }
-    std::vector<double> got = values_of(w.value());
+    std::vector<double> got = global_values(w.value());
     for (int64_t i = 0; i < n; ++i) {
       INFO("element " << i);
       CHECK(got[static_cast<size_t>(i)] ==
@@ -145,7 +136,7 @@ void check_against_reference(const Case& c, DType dtype, double rel, int64_t ste
   auto slots = opt->slots();
   REQUIRE(slots.size() == c.slot_names.size());
   for (size_t s = 0; s < slots.size(); ++s) {
-    std::vector<double> got = values_of(slots[s].second.value());
+    std::vector<double> got = global_values(slots[s].second.value());
     for (int64_t i = 0; i < n; ++i) {
       const Scalar& r = ref[static_cast<size_t>(i)];
       CHECK(got[static_cast<size_t>(i)] == Approx(s == 0 ? r.m : r.v).epsilon(rel).margin(rel));
@@ -224,7 +215,7 @@ TEST_CASE("the schedule is read at the step before the apply") {
   std::vector<double> expected{-1, -3, -6, -10};
   for (double e : expected) {
     opt.apply({w}, {g});
-    CHECK(values_of(w.value()) == std::vector<double>{e, e});
+    CHECK(global_values(w.value()) == std::vector<double>{e, e});
   }
 }
 
@@ -351,7 +342,7 @@ TEST_CASE("step counting") {
     CHECK(resumed.step() == 10);
     Scalar s{2.0, 0, 0};
     keras_adam(0.9, 0.99, 0.0)(s, 1.0, 0.1 * std::pow(0.5, 3), 10);
-    CHECK(values_of(v.value())[0] == Approx(s.w).epsilon(1e-14));
+    CHECK(global_values(v.value())[0] == Approx(s.w).epsilon(1e-14));
   }
 }
 
@@ -415,6 +406,6 @@ TEST_CASE("a rejected apply changes no variable, slot or step") {
   Adam adam(0.1);
   CHECK_THROWS_AS(adam.apply({a, b}, {ones({3}, l), ones({4}, l)}), ShapeError);
   CHECK(adam.step() == 0);
-  CHECK(values_of(a.value()) == std::vector<double>{0, 0, 0});
+  CHECK(global_values(a.value()) == std::vector<double>{0, 0, 0});
   CHECK(adam.slots().empty());
 }

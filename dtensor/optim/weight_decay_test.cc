@@ -10,9 +10,11 @@
 
 #include "ops/autograd.h"
 #include "ops/ops.h"
+#include "tests/layout_enumeration.h"
 
 using namespace dtensor;
 using Catch::Message;
+using dtensor::testing::all_layouts;
 
 namespace {
 
@@ -31,20 +33,6 @@ Tensor values(const Shape& shape, DType dtype, double base, double step) {
 
 double at(const Tensor& t, int64_t i) {
   return t.dtype() == DType::kF32 ? t.data<float>()[i] : t.data<double>()[i];
-}
-
-// Every layout of a rank-2 tensor on `mesh` without partial dims.
-std::vector<Layout> rank2_layouts(const Mesh& mesh) {
-  std::vector<std::string> specs{"unsharded"};
-  for (const MeshDim& d : mesh.dims()) specs.push_back(d.name);
-  std::vector<Layout> out;
-  for (const std::string& a : specs) {
-    for (const std::string& b : specs) {
-      if (a != "unsharded" && a == b) continue;
-      out.emplace_back(std::vector<std::string>{a, b}, mesh);
-    }
-  }
-  return out;
 }
 
 struct Grads {
@@ -102,7 +90,7 @@ TEST_CASE("weight decay's gradient is wd * w under every layout, as on one devic
 
   for (const Mesh& mesh : {Mesh::create({{"x", 8}}, DeviceType::kCPU),
                            Mesh::create({{"x", 2}, {"y", 4}}, DeviceType::kCPU)}) {
-    std::vector<Layout> layouts = rank2_layouts(mesh);
+    std::vector<Layout> layouts = all_layouts(mesh, 2, /*with_partial=*/false);
     for (size_t i = 0; i < layouts.size(); ++i) {
       const Layout& l0 = layouts[i];
       const Layout& l1 = layouts[(i + 1) % layouts.size()];
