@@ -15,7 +15,7 @@ export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
 # PID namespaces, so concurrent jobs could otherwise pick the same names in /tmp and /dev/shm.
 if [[ -n "${TEST_TMPDIR:-}" ]]; then
   export TMPDIR=$TEST_TMPDIR OMPI_MCA_orte_tmpdir_base=$TEST_TMPDIR \
-    OMPI_MCA_btl_vader_backing_directory=$TEST_TMPDIR
+    OMPI_MCA_btl_vader_backing_directory=$TEST_TMPDIR OMPI_MCA_osc_sm_backing_directory=$TEST_TMPDIR
 fi
 # Under AddressSanitizer: Open MPI keeps allocations until exit in code LeakSanitizer cannot
 # attribute (components unloaded at finalize, frames without frame pointers), so leak checking
