@@ -4,6 +4,7 @@
 
 #include "runtime/shape.h"
 #include "runtime/thread_pool.h"
+#include "runtime/vector_clones.h"
 
 namespace dtensor::optim_internal {
 namespace {
@@ -35,7 +36,7 @@ void for_float(const Tensor& t, Fn&& fn) {
 // The loops take their buffers as parameters (element i is read before it is written; no
 // restrict, since the outputs are the inputs).
 template <typename T>
-void adam_range(T b1, T b2, T lr_t, T eps, T decay, T* w, const T* g, T* m, T* v, int64_t begin,
+DTENSOR_VECTOR_CLONES void adam_range(T b1, T b2, T lr_t, T eps, T decay, T* w, const T* g, T* m, T* v, int64_t begin,
                 int64_t end) {
   for (int64_t i = begin; i < end; ++i) {
     const T mi = b1 * m[i] + (1 - b1) * g[i];

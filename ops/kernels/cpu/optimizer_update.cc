@@ -3,6 +3,7 @@
 
 #include "ops/kernels/cpu/cpu_optimizer_update.h"
 #include "runtime/thread_pool.h"
+#include "runtime/vector_clones.h"
 
 namespace dtensor::kernels::cpu {
 namespace {
@@ -23,7 +24,7 @@ struct AdamStep {
 // Elements [begin, end) of the fused Adam update. The buffers are parameters, not captures: the
 // compiler can then see they do not alias and vectorises the loop (sqrt and divide included).
 template <typename T>
-void adam_range(const AdamStep<T> a, const T* __restrict w, const T* __restrict g,
+DTENSOR_VECTOR_CLONES void adam_range(const AdamStep<T> a, const T* __restrict w, const T* __restrict g,
                 const T* __restrict m, const T* __restrict v, T* __restrict w_out,
                 T* __restrict m_out, T* __restrict v_out, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; ++i) {
