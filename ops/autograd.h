@@ -103,8 +103,9 @@ bool gradient_needed(size_t input);
 // starts reducing before backward ends), and backward goes on meanwhile, letting the buckets in
 // flight progress after each record. At the end every bucket is waited for
 // and each gradient brought to its variable's layout. The local reduction over a process's devices
-// is the blocking path's, so results are bitwise those of the blocking reduction (with two
-// processes; with more, MPI may associate the sum differently for other message sizes).
+// is the blocking path's, so results are bitwise those of the blocking reduction (with processes
+// on one host, which fold in process order whatever the bucket, or two processes anywhere; over
+// more processes on several hosts MPI may associate the sum differently for other message sizes).
 struct GradientReductionOptions {
   bool overlap = true;
   double bucket_cap_mb = 25.0;  // like PyTorch DDP's bucket_cap_mb; > 0

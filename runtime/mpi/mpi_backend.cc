@@ -16,7 +16,7 @@
 #include "runtime/block.h"
 #include "runtime/mpi/comm_thread.h"
 #include "runtime/mpi/mpi_check.h"
-#include "runtime/mpi/shared_pair.h"
+#include "runtime/mpi/shared_reducer.h"
 #include "runtime/shape.h"
 
 namespace dtensor {
@@ -229,9 +229,9 @@ int comm_thread_mode() {
   return mode;
 }
 
-// DTENSOR_MPI_SHARED=0 keeps two processes of one host on MPI's own all-reduce instead of a
-// SharedPair (runtime/mpi/shared_pair.h).
-bool shared_pairs_on() {
+// DTENSOR_MPI_SHARED=0 keeps processes of one host on MPI's own all-reduce instead of a
+// SharedReducer (runtime/mpi/shared_reducer.h).
+bool shared_reducers_on() {
   static const bool on = [] {
     const char* v = std::getenv("DTENSOR_MPI_SHARED");
     return v == nullptr || v[0] == '\0' || v[0] != '0';
@@ -239,11 +239,11 @@ bool shared_pairs_on() {
   return on;
 }
 
-// A SharedPair over an MPI shared-memory window (kept until MPI_Finalize frees it: freeing it
-// earlier would be a collective call in a destructor).
+// A SharedReducer over an MPI shared-memory window (kept until MPI_Finalize frees it: freeing
+// it earlier would be a collective call in a destructor).
 struct SharedWindow {
   MPI_Win window = MPI_WIN_NULL;
-  std::unique_ptr<SharedPair> pair;
+  std::unique_ptr<SharedReducer> reducer;
 };
 
 // A bucket handed to the communication thread: the tensors, their results (allocated by the
@@ -534,8 +534,10 @@ class MpiBackend final : public CollectiveBackend {
     return std::unique_lock<std::mutex>(mu_);
   }
 
-  // The bucket as one blocking MPI_Allreduce per tensor, in order, on the communication thread:
-  // the same calls a blocking all_reduce of each tensor makes, so the same sums, bit for bit.
+  // The bucket reduced on the communication thread: through the members' SharedReducer when they
+  // share a host, else as one blocking MPI_Allreduce per tensor in order (the calls a blocking
+  // all_reduce of each tensor makes, so the same sums, bit for bit), or for two processes as
+  // nonblocking ones polled with yields. The choice is the blocking path's, so results match it.
   std::unique_ptr<PendingCollective> start_on_comm_thread(
       const Group& group, const std::vector<std::vector<Tensor>>& inputs, ReduceOp op) {
     auto bucket = std::make_shared<ThreadedBucket>();
@@ -554,7 +556,15 @@ class MpiBackend final : public CollectiveBackend {
           ThreadedBucket& b = *bucket;
           if (overlap_trace_on()) b.began = now_ms();
           try {
-            if (yielding) {
+            SharedReducer* reducer = nullptr;
+            {
+              std::lock_guard<std::mutex> lock(mu_);
+              reducer = reducer_for(ranks);
+            }
+            if (reducer != nullptr) {
+              // No MPI call: each process does its share when it runs, sleeps while it waits.
+              reducer->all_reduce(b.inputs, b.outputs, op, "all_reduce_start");
+            } else if (yielding) {
               reduce_bucket_yielding(b, ranks, op);
             } else {
               reduce_bucket_blocking(b, ranks, op);
@@ -580,23 +590,12 @@ class MpiBackend final : public CollectiveBackend {
     }
   }
 
-  // On the communication thread, for two processes: through their SharedPair when they share a
-  // host; otherwise every tensor's MPI_Iallreduce at once, then tests, giving the core away
-  // between them. A blocking MPI call spins while it waits for the
-  // other process; with no idle core, that spin takes the core from this process's own
-  // computation. With two members every algorithm adds the same two terms (a + b == b + a), so
-  // the sums are the blocking path's bit for bit.
+  // On the communication thread, for two processes on two hosts: every tensor's MPI_Iallreduce
+  // at once, then tests, giving the core away between them. A blocking MPI call spins while it
+  // waits for the other process; with no idle core, that spin takes the core from this process's
+  // own computation. With two members every algorithm adds the same two terms (a + b == b + a),
+  // so the sums are the blocking path's bit for bit.
   void reduce_bucket_yielding(ThreadedBucket& b, const std::vector<int>& ranks, ReduceOp op) {
-    SharedPair* pair = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      pair = pair_for(ranks);
-    }
-    if (pair != nullptr) {
-      // No MPI call: each process does its share when it runs and sleeps while it waits.
-      pair->all_reduce(b.inputs, b.outputs, op, "all_reduce_start");
-      return;
-    }
     std::vector<MPI_Request> requests(b.inputs.size(), MPI_REQUEST_NULL);
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -622,16 +621,16 @@ class MpiBackend final : public CollectiveBackend {
     }
   }
 
-  // The reduction over every member: through the SharedPair of two processes on one host, else
+  // The reduction over every member: through their SharedReducer when they share a host, else
   // MPI_Allreduce.
   Tensor reduce_all(const Group& group, const Tensor& in, ReduceOp op, const char* function) {
     Tensor out = Tensor::empty(in.shape(), in.dtype(), in.device());
     std::unique_lock<std::mutex> lock = exclusive();
     MPI_Comm comm = comm_for(ranks_of(group));
     const double began = overlap_trace_on() ? now_ms() : 0;
-    if (SharedPair* pair = pair_for(ranks_of(group))) {
+    if (SharedReducer* reducer = reducer_for(ranks_of(group))) {
       std::vector<Tensor> outputs = {out};
-      pair->all_reduce({in}, outputs, op, function);
+      reducer->all_reduce({in}, outputs, op, function);
     } else {
       check_mpi(
           MPI_Allreduce(in.raw_data(), out.raw_data(), mpi_count(in.num_elements(), function),
@@ -685,14 +684,14 @@ class MpiBackend final : public CollectiveBackend {
     return comm;
   }
 
-  // The SharedPair of two processes on one host, made on first use (a collective call over
-  // them); null for other groups, processes on two hosts, or DTENSOR_MPI_SHARED=0. Caller holds
-  // mu_.
-  SharedPair* pair_for(const std::vector<int>& processes) {
-    if (processes.size() != 2 || !shared_pairs_on()) return nullptr;
-    auto it = pairs_.find(processes);
-    if (it != pairs_.end()) return it->second.pair.get();
-    SharedWindow& made = pairs_[processes];
+  // The SharedReducer of `processes` when all of them run on one host, made on first use (a
+  // collective call over them); null for one process, processes on several hosts, no shared
+  // memory to be had, or DTENSOR_MPI_SHARED=0. Caller holds mu_.
+  SharedReducer* reducer_for(const std::vector<int>& processes) {
+    if (processes.size() < 2 || !shared_reducers_on()) return nullptr;
+    auto it = reducers_.find(processes);
+    if (it != reducers_.end()) return it->second.reducer.get();
+    SharedWindow& made = reducers_[processes];
     MPI_Comm node = MPI_COMM_NULL;
     check_mpi(MPI_Comm_split_type(comm_for(processes), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
                                   &node),
@@ -700,35 +699,37 @@ class MpiBackend final : public CollectiveBackend {
     int size = 0, self = 0;
     MPI_Comm_size(node, &size);
     MPI_Comm_rank(node, &self);
-    if (size == 2) {
+    // Every member sees the same answer: either all share one host or every host has fewer.
+    if (size == static_cast<int>(processes.size())) {
       MPI_Info info;
       MPI_Info_create(&info);
       MPI_Info_set(info, "alloc_shared_noncontig", "true");
       void* mine = nullptr;
-      const int rc =
-          MPI_Win_allocate_shared(static_cast<MPI_Aint>(SharedPair::segment_bytes()), 1, info,
-                                  node, &mine, &made.window);
+      const int rc = MPI_Win_allocate_shared(
+          static_cast<MPI_Aint>(SharedReducer::segment_bytes(size)), 1, info, node, &mine,
+          &made.window);
       MPI_Info_free(&info);
-      // Without shared memory (no such MPI component, no room for it) both stay on MPI.
+      // Without shared memory (no such MPI component, no room for it) all stay on MPI.
       int ok = rc == MPI_SUCCESS ? 1 : 0;
       check_mpi(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, node), "all_reduce",
                 "MPI_Allreduce");
-      if (ok == 0) {
-        if (rc == MPI_SUCCESS) MPI_Win_free(&made.window);
-        MPI_Comm_free(&node);
-        return nullptr;
+      if (ok == 1) {
+        std::vector<void*> segments(static_cast<size_t>(size));
+        for (int p = 0; p < size; ++p) {
+          MPI_Aint bytes = 0;
+          int unit = 0;
+          check_mpi(MPI_Win_shared_query(made.window, p, &bytes, &unit, &segments[p]),
+                    "all_reduce", "MPI_Win_shared_query");
+        }
+        std::memset(mine, 0, SharedReducer::kHeaderBytes);
+        check_mpi(MPI_Barrier(node), "all_reduce", "MPI_Barrier");  // every header zeroed
+        made.reducer = std::make_unique<SharedReducer>(segments, self);
+      } else if (rc == MPI_SUCCESS) {
+        MPI_Win_free(&made.window);
       }
-      MPI_Aint peer_size = 0;
-      int unit = 0;
-      void* peer = nullptr;
-      check_mpi(MPI_Win_shared_query(made.window, 1 - self, &peer_size, &unit, &peer),
-                "all_reduce", "MPI_Win_shared_query");
-      std::memset(mine, 0, SharedPair::kHeaderBytes);
-      check_mpi(MPI_Barrier(node), "all_reduce", "MPI_Barrier");  // both headers zeroed
-      made.pair = std::make_unique<SharedPair>(mine, peer, self);
     }
     MPI_Comm_free(&node);
-    return made.pair.get();
+    return made.reducer.get();
   }
 
   // Caller holds mu_.
@@ -771,7 +772,7 @@ class MpiBackend final : public CollectiveBackend {
   CommThread comm_;
   bool use_comm_thread_ = false;
   std::map<std::vector<int>, MPI_Comm> comms_;
-  std::map<std::vector<int>, SharedWindow> pairs_;
+  std::map<std::vector<int>, SharedWindow> reducers_;
   MPI_Op bf16_ops_[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
   // NaN-propagating max and min: f32 max, f32 min, f64 max, f64 min.
   MPI_Op float_ops_[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
