@@ -109,24 +109,6 @@ void fold_span(const std::vector<const T*>& v, T* __restrict out, T* back, size_
   std::memcpy(back, out, n * sizeof(T));
 }
 
-template <typename Fn>
-void with_element_type(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kF32:
-      return fn(float{});
-    case DType::kF64:
-      return fn(double{});
-    case DType::kBF16:
-      return fn(BFloat16{});
-    case DType::kI32:
-      return fn(int32_t{});
-    case DType::kI64:
-      return fn(int64_t{});
-    case DType::kBool:
-      return fn(bool{});
-  }
-}
-
 }  // namespace
 
 struct SharedReducer::Run {
@@ -242,7 +224,7 @@ void SharedReducer::reduce_piece(const std::vector<Run>& runs, const std::vector
   }
   for (const Run& r : runs) {
     const ShardRange own = chunk_range(static_cast<int64_t>(r.count), processes, self_);
-    with_element_type(inputs[r.tensor].dtype(), [&](auto tag) {
+    visit_dtype(inputs[r.tensor].dtype(), [&](auto tag) {
       using T = decltype(tag);
       const size_t at = r.offset + static_cast<size_t>(own.offset) * sizeof(T);
       std::vector<const T*> values;

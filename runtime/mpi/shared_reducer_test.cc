@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/dtype.h"
 #include "runtime/error.h"
 
 using namespace dtensor;
@@ -169,21 +170,9 @@ bool reduce_and_check(SharedReducer& reducer, int p, int processes, DType dtype,
 
 bool reduce_and_check(SharedReducer& reducer, int p, int processes, DType dtype,
                       const std::vector<int64_t>& sizes, ReduceOp op) {
-  switch (dtype) {
-    case DType::kF32:
-      return reduce_and_check<float>(reducer, p, processes, dtype, sizes, op);
-    case DType::kF64:
-      return reduce_and_check<double>(reducer, p, processes, dtype, sizes, op);
-    case DType::kBF16:
-      return reduce_and_check<BFloat16>(reducer, p, processes, dtype, sizes, op);
-    case DType::kI32:
-      return reduce_and_check<int32_t>(reducer, p, processes, dtype, sizes, op);
-    case DType::kI64:
-      return reduce_and_check<int64_t>(reducer, p, processes, dtype, sizes, op);
-    case DType::kBool:
-      return reduce_and_check<bool>(reducer, p, processes, dtype, sizes, op);
-  }
-  return false;
+  return visit_dtype(dtype, [&](auto zero) {
+    return reduce_and_check<decltype(zero)>(reducer, p, processes, dtype, sizes, op);
+  });
 }
 
 double thread_cpu_ms() {
