@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -238,6 +239,8 @@ bool shared_reducers_on() {
   }();
   return on;
 }
+
+std::atomic<int64_t> shared_reductions{0};
 
 // A SharedReducer over an MPI shared-memory window (kept until MPI_Finalize frees it: freeing
 // it earlier would be a collective call in a destructor).
@@ -564,6 +567,7 @@ class MpiBackend final : public CollectiveBackend {
             if (reducer != nullptr) {
               // No MPI call: each process does its share when it runs, sleeps while it waits.
               reducer->all_reduce(b.inputs, b.outputs, op, "all_reduce_start");
+              shared_reductions.fetch_add(1, std::memory_order_relaxed);
             } else if (yielding) {
               reduce_bucket_yielding(b, ranks, op);
             } else {
@@ -631,6 +635,7 @@ class MpiBackend final : public CollectiveBackend {
     if (SharedReducer* reducer = reducer_for(ranks_of(group))) {
       std::vector<Tensor> outputs = {out};
       reducer->all_reduce({in}, outputs, op, function);
+      shared_reductions.fetch_add(1, std::memory_order_relaxed);
     } else {
       check_mpi(
           MPI_Allreduce(in.raw_data(), out.raw_data(), mpi_count(in.num_elements(), function),
@@ -781,5 +786,7 @@ class MpiBackend final : public CollectiveBackend {
 }  // namespace
 
 std::shared_ptr<CollectiveBackend> make_mpi_backend() { return std::make_shared<MpiBackend>(); }
+
+int64_t shared_memory_reductions() { return shared_reductions.load(std::memory_order_relaxed); }
 
 }  // namespace dtensor

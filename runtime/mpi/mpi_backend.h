@@ -10,13 +10,19 @@
 // Every process of a group must make the same calls in the same order, which SPMD programs do;
 // collectives over distinct groups are issued one at a time (MPI calls are serialised by a lock).
 //
+// All-reduces among processes of one host go through a SharedReducer (runtime/mpi/
+// shared_reducer.h) over an MPI shared-memory window made on first use: no MPI call, waits asleep,
+// every process folding in process order (with two processes, MPI_Allreduce's bits).
+// DTENSOR_MPI_SHARED=0, or a window that cannot be made, keeps MPI_Allreduce.
+//
 // all_reduce_start hands a bucket to the process's communication thread (runtime/mpi/
-// comm_thread.h), which reduces it while the caller computes: over two processes as nonblocking
-// all-reduces tested with yields in between (a blocking call spins while it waits for the other
-// process, taking a core the computation needs when there is none to spare), over more as the
-// blocking MPI_Allreduce of each tensor, the very call all_reduce makes. Either way the sums are
-// all_reduce's bit for bit. Every other call first waits for the queued buckets, so each process
-// issues its MPI calls in program order. This needs MPI_THREAD_SERIALIZED or more; with less (or
+// comm_thread.h), which reduces it while the caller computes, through the SharedReducer when the
+// processes share a host; otherwise over two processes as nonblocking all-reduces tested with
+// yields in between (a blocking call spins while it waits for the other process, taking a core
+// the computation needs when there is none to spare), over more as the blocking MPI_Allreduce of
+// each tensor, the very call all_reduce makes. Either way the sums are all_reduce's bit for bit.
+// Every other call first waits for the queued buckets, so each process issues its MPI calls in
+// program order. This needs MPI_THREAD_SERIALIZED or more; with less (or
 // DTENSOR_MPI_COMM_THREAD=0) a bucket goes out as one MPI_Iallreduce from the caller's thread.
 // DTENSOR_OVERLAP_TRACE=1 prints when each bucket was queued, reduced and waited for.
 // Max and min of floats propagate NaN (MPI's built-in ones need not); bf16 reduces through its
@@ -25,6 +31,7 @@
 // Requires MPI to be initialised for the life of the backend (dtensor/runtime.h does both).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "runtime/collective_backend.h"
@@ -32,5 +39,9 @@
 namespace dtensor {
 
 std::shared_ptr<CollectiveBackend> make_mpi_backend();
+
+// How many all-reduces (blocking ones and buckets) this process's MPI backends have run through
+// shared memory so far: for tests and tools.
+int64_t shared_memory_reductions();
 
 }  // namespace dtensor
