@@ -7,6 +7,7 @@
 #include <string>
 #include <system_error>
 
+#include "runtime/cpu_relax.h"
 #include "runtime/error.h"
 
 namespace dtensor {
@@ -16,14 +17,6 @@ namespace {
 // Idle workers and waiting callers spin this many times (a few microseconds) before sleeping:
 // loops posted back to back then start without a kernel wake-up.
 constexpr int kSpinIterations = 2000;
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 // The pools whose tasks the current thread is running, innermost first, linked through the
 // stack frames that run them.

@@ -10,6 +10,7 @@
 #include <ctime>
 #include <type_traits>
 
+#include "runtime/cpu_relax.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
 #include "runtime/shape.h"
@@ -42,14 +43,6 @@ void futex_wake(std::atomic<uint32_t>* word) {
 
 // Step counters wrap: `seen` has reached `target` when it is at most 2^31 steps past it.
 bool reached(uint32_t seen, uint32_t target) { return static_cast<int32_t>(seen - target) >= 0; }
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 // How long a wait spins before it sleeps: long enough for a process running on another core to
 // arrive, short enough that a wait for a busy process gives the core away.
