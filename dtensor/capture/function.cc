@@ -40,9 +40,16 @@ std::vector<DTensor> Function::operator()(const std::vector<DTensor>& arguments)
 
 std::vector<DTensor> Function::trace(const std::vector<DTensor>& arguments) {
   State& s = *state_;
-  capture::Recorder recorder(arguments);
+  // The step sees a fresh handle of every argument: an argument passed twice, or one that is also
+  // a closure constant or a variable's value, is a value of its own (capture/recorder.h).
+  std::vector<DTensor> traced;
+  traced.reserve(arguments.size());
+  for (const DTensor& a : arguments) {
+    traced.push_back(DTensor::from_trusted_shards(a.shape(), a.dtype(), a.layout(), a.shards()));
+  }
+  capture::Recorder recorder(traced);
   recorder.start();
-  std::vector<DTensor> outputs = s.step(arguments);  // a throw uninstalls and caches nothing
+  std::vector<DTensor> outputs = s.step(traced);  // a throw uninstalls and caches nothing
   recorder.stop();
   Entry entry;
   for (const DTensor& a : arguments) entry.signature.push_back(capture::ValueMeta::of(a));

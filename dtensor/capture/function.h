@@ -16,8 +16,12 @@
 // (capture/program.h): no validation, sharding rules, layout planning, tape or op dispatch; the
 // very same kernels and collectives on the new values, so a replay gives eager's bits.
 //
-// The signature is the shape, dtype and layout (with its mesh) of every argument. Everything
-// else the step uses is fixed by the trace, as Python values are by tf.function:
+// The signature is the shape, dtype and layout (with its mesh) of every argument. Inside the step
+// every argument is a value of its own, as tf.function's placeholders are: a DTensor passed twice,
+// or one that the step also reads from its closure or as a variable's value(), is traced as two
+// values, and a replay with different values for them computes with each (a gradient tape that
+// watches one argument does not watch its aliases). Everything else the step uses is fixed by the
+// trace, as Python values are by tf.function:
 //  - C++ values (sizes, scalars like a scale factor, flags, control flow) are frozen as traced;
 //    a step whose host logic would take another path must be a different Function;
 //  - DTensors the step reads from its closure are constants (they are immutable); values that

@@ -1,5 +1,6 @@
 #include "dtensor/capture/recorder.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -22,7 +23,7 @@ Recorder::Recorder(const std::vector<DTensor>& arguments)
       num_arguments_(static_cast<int>(arguments.size())) {
   for (const DTensor& a : arguments) {
     const int s = program_->add_slot({a, {}}, /*constant=*/false);
-    slots_[key_of(a.shards())] = s;
+    add_value(s, a.id(), key_of(a.shards()), {}, "");
   }
   // A fresh DTensor's id marks where values made during the trace begin.
   if (!arguments.empty()) {
@@ -60,29 +61,80 @@ Recorder::Key Recorder::key_of(const std::vector<Tensor>& shards) {
   return key;
 }
 
+void Recorder::add_value(int s, int64_t id, const Key& key, const std::vector<int>& inputs,
+                         const char* op) {
+  const size_t slot = static_cast<size_t>(s);
+  origin_.resize(std::max(origin_.size(), slot + 1), -1);
+  producer_.resize(origin_.size());
+  keys_.resize(origin_.size());
+  origin_[slot] = s;
+  producer_[slot] = op;
+  keys_[slot] = key;
+  // A call that hands back an input's buffers (a view, an identity kernel) made the same value.
+  for (int in : inputs) {
+    if (keys_[static_cast<size_t>(in)] == key) origin_[slot] = origin_[static_cast<size_t>(in)];
+  }
+  std::vector<int>& holders = by_storage_[key];
+  // Reads with no inputs that return the same buffers (a variable read twice with no update
+  // between) are one value.
+  if (inputs.empty() && *op != '\0') {
+    for (int h : holders) {
+      if (producer_[static_cast<size_t>(h)] == op) origin_[slot] = origin_[static_cast<size_t>(h)];
+    }
+  }
+  holders.push_back(s);
+  if (id >= 0) values_[{id, key}] = s;  // a later reader of this handle reads this slot
+}
+
+int Recorder::slot_by_storage(const Key& key, const char* op, const char* what) {
+  auto it = by_storage_.find(key);
+  if (it == by_storage_.end()) return -1;
+  const std::vector<int>& holders = it->second;
+  const int latest = holders.back();
+  for (int h : holders) {
+    if (origin_[static_cast<size_t>(h)] != origin_[static_cast<size_t>(latest)]) {
+      throw_error<UnimplementedError>(
+          "function",
+          "{} reads {} whose buffers several values of the step hold (an argument passed twice, "
+          "or also read from the closure or a variable); the trace cannot tell which one it "
+          "reads: pass a copy",
+          op, what);
+    }
+  }
+  return latest;
+}
+
 int Recorder::slot_of(const DTensor& x, const char* op) {
   Key key = key_of(x.shards());
-  auto it = slots_.find(key);
-  if (it != slots_.end()) return it->second;
+  auto it = values_.find({x.id(), key});
+  if (it != values_.end()) return it->second;
   if (x.id() >= first_traced_id_) {
-    throw_error<UnimplementedError>(
-        "function",
-        "{} reads {}, which the step computed by a path the trace cannot follow (host code on "
-        "the shards, or an operation without capture support); its replay would be stale",
-        op, x.short_string());
+    // Made during the trace around buffers the recorder knows (a collective's result wrapped as a
+    // DTensor): the slot that holds them.
+    const std::string what = x.short_string();
+    const int s = slot_by_storage(key, op, what.c_str());
+    if (s < 0) {
+      throw_error<UnimplementedError>(
+          "function",
+          "{} reads {}, which the step computed by a path the trace cannot follow (host code on "
+          "the shards, or an operation without capture support); its replay would be stale",
+          op, what);
+    }
+    values_.emplace(std::make_pair(x.id(), std::move(key)), s);
+    return s;
   }
   const int s = program_->add_slot({x, {}}, /*constant=*/true);
-  slots_.emplace(std::move(key), s);
+  add_value(s, x.id(), key, {}, "");
   return s;
 }
 
-int Recorder::slot_of_shards(const std::vector<Tensor>& shards) {
+int Recorder::slot_of_shards(const std::vector<Tensor>& shards, const char* op) {
   Key key = key_of(shards);
-  auto it = slots_.find(key);
-  if (it != slots_.end()) return it->second;
+  const int found = slot_by_storage(key, op, "shards");
+  if (found >= 0) return found;
   // Bare shards from outside the trace: immutable, so a constant.
   const int s = program_->add_slot({std::nullopt, shards}, /*constant=*/true);
-  slots_.emplace(std::move(key), s);
+  add_value(s, -1, key, {}, "");
   return s;
 }
 
@@ -99,9 +151,11 @@ void Recorder::resolve(const Inputs& inputs, const char* op, Program::Call& call
   }
 }
 
-int Recorder::add_result(Program::Slot slot, const std::vector<Tensor>& shards) {
+int Recorder::add_result(Program::Slot slot, int64_t id, const std::vector<int>& inputs,
+                         const char* op) {
+  Key key = key_of(slot.shards_of());
   const int s = program_->add_slot(std::move(slot), /*constant=*/false);
-  slots_[key_of(shards)] = s;  // a later reader of these shards reads this result
+  add_value(s, id, key, inputs, op);
   return s;
 }
 
@@ -120,7 +174,7 @@ DTensor Recorder::call(const char* op, const Inputs& inputs, ValueFn run) {
     call.elementwise = match_elementwise(ElementwiseNotes::take(&notes_), inputs, *out);
     call.result = ValueMeta::of(*out);
   }
-  call.output = add_result({out, {}}, out->shards());
+  call.output = add_result({out, {}}, out->id(), call.inputs, op);
   call.label = std::string(op) + " " + out->short_string();
   call.value_fn = std::move(run);
   program_->add_call(std::move(call));
@@ -141,14 +195,14 @@ void Recorder::effect(const char* op, const Inputs& inputs, EffectFn run) {
 std::vector<Tensor> Recorder::shard_call(const char* op, const std::vector<Tensor>& shards,
                                          ShardFn run) {
   Program::Call call{Program::CallKind::kShards, op, {}, {}, -1, {}, {}, {}, {}, {}, {}, {}};
-  if (!shards.empty()) call.inputs.push_back(slot_of_shards(shards));
+  if (!shards.empty()) call.inputs.push_back(slot_of_shards(shards, op));
   call.rewrap.emplace_back(std::nullopt);
   std::vector<Tensor> out;
   {
     Pause pause;
     out = run(shards);
   }
-  if (!out.empty()) call.output = add_result({std::nullopt, out}, out);
+  if (!out.empty()) call.output = add_result({std::nullopt, out}, -1, call.inputs, op);
   call.label =
       std::string(op) + (out.empty() ? ""
                                      : " " + std::to_string(out.size()) + " shards, the first " +
@@ -165,7 +219,8 @@ std::unique_ptr<Program> Recorder::take_program(const std::vector<DTensor>& outp
     slots.push_back(slot_of(y, "the step's result"));
     meta.push_back(ValueMeta::of(y));
   }
-  slots_.clear();
+  values_.clear();
+  by_storage_.clear();
   program_->finish(num_arguments_, std::move(slots), std::move(meta));
   return std::move(program_);
 }
