@@ -6,6 +6,8 @@
 namespace dtensor::capture {
 
 int Program::add_slot(Slot slot, bool constant) {
+  slot_meta_.push_back(slot.value ? std::optional<ValueMeta>(ValueMeta::of(*slot.value))
+                                  : std::nullopt);
   trace_slots_.push_back(std::move(slot));
   constant_.push_back(constant);
   return static_cast<int>(trace_slots_.size()) - 1;
@@ -116,8 +118,14 @@ void Program::plan_segments(const std::vector<int>& last) {
     std::vector<Segment::Call> members;
     for (size_t m = start; m < end; ++m) {
       const Call& call = calls_[m];
+      // How the call saw each input: re-wrapped, or as its slot holds it.
+      std::vector<std::optional<ValueMeta>> input_meta;
+      for (size_t k = 0; k < call.inputs.size(); ++k) {
+        input_meta.push_back(call.rewrap[k] ? call.rewrap[k]
+                                            : slot_meta_[static_cast<size_t>(call.inputs[k])]);
+      }
       members.push_back(
-          {&*call.elementwise, call.inputs, call.output, call.result->shape, call.result->layout});
+          {&*call.elementwise, call.inputs, std::move(input_meta), call.output, *call.result});
     }
     auto read_later = [&](int slot) {
       const int l = last[static_cast<size_t>(slot)];

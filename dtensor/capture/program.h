@@ -25,18 +25,6 @@
 
 namespace dtensor::capture {
 
-// Shape, dtype and layout of a value as a call saw it while tracing.
-struct ValueMeta {
-  Shape shape;
-  DType dtype;
-  Layout layout;
-
-  static ValueMeta of(const DTensor& x) { return {x.shape(), x.dtype(), x.layout()}; }
-  bool matches(const DTensor& x) const {
-    return x.dtype() == dtype && x.shape() == shape && x.layout() == layout;
-  }
-};
-
 class Program {
  public:
   enum class CallKind : uint8_t { kValue, kEffect, kShards };
@@ -121,6 +109,7 @@ class Program {
   std::vector<Step> steps_;
   std::vector<Slot> trace_slots_;  // while tracing: every value; after finish: constants only
   std::vector<bool> constant_;
+  std::vector<std::optional<ValueMeta>> slot_meta_;  // per slot: its value's (none: bare shards)
   std::vector<int> outputs_;
   std::vector<ValueMeta> output_meta_;
   int num_arguments_ = 0;

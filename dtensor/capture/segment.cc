@@ -50,9 +50,11 @@ void Segment::plan_take_over(const std::vector<Call>& calls,
     for (size_t x = 0; x < external_slots_.size(); ++x) {
       // Read for the last time by an earlier call of the segment: each block has read it by the
       // time this result's block is written, and later blocks are still untouched.
+      // Its buffers become the result's shards: they must be of the result's shape, dtype and
+      // layout (an input of the same element count may be of another geometry, say [8,2] per
+      // device where the result is [1,16]).
       if (taken[x] || !whole[x] || last_read[x] < 0 || last_read[x] >= static_cast<int64_t>(w.op) ||
-          read_later(external_slots_[x]) ||
-          calls[static_cast<size_t>(last_read[x])].elementwise->dtype != w.dtype) {
+          read_later(external_slots_[x]) || !external_meta_[x] || !(*external_meta_[x] == w.meta)) {
         continue;
       }
       taken[x] = true;
@@ -65,7 +67,7 @@ void Segment::plan_take_over(const std::vector<Call>& calls,
 void Segment::build(const std::vector<Call>& calls, const std::vector<bool>& later,
                     const std::function<bool(int)>& read_later) {
   devices_ = calls[0].elementwise->shapes.size();
-  const Mesh& mesh = calls[0].layout.mesh();
+  const Mesh& mesh = calls[0].result.layout.mesh();
   for (int64_t id : mesh.local_device_ids()) device_of_.push_back(Device{mesh.device_type(), id});
   // The last call of the segment reading each slot (registers are freed after it).
   std::map<int, size_t> last_use;
@@ -93,13 +95,19 @@ void Segment::build(const std::vector<Call>& calls, const std::vector<bool>& lat
         continue;
       }
       auto [ext, added] = external.emplace(s, static_cast<int32_t>(external_slots_.size()));
-      if (added) external_slots_.push_back(s);
+      if (added) {
+        external_slots_.push_back(s);
+        external_meta_.push_back(c.input_meta[static_cast<size_t>(k)]);
+      } else if (external_meta_[static_cast<size_t>(ext->second)] !=
+                 c.input_meta[static_cast<size_t>(k)]) {
+        external_meta_[static_cast<size_t>(ext->second)].reset();  // seen two ways: never taken
+      }
       op.in[k] = {Source::Kind::kExternal, ext->second};
     }
     // The result takes a register only after the inputs were read: it never overlaps them.
     if (later[i]) {
       op.out = {Source::Kind::kWritten, static_cast<int32_t>(written_.size())};
-      written_.push_back({c.output, i, c.shape, e.dtype, c.layout, -1});
+      written_.push_back({c.output, i, c.result, -1});
     } else {
       int32_t r;
       if (free_registers.empty()) {
@@ -204,7 +212,7 @@ void Segment::run(std::vector<Slot>& slots) {
   for (size_t w = 0; w < written_.size(); ++w) {
     const Written& out = written_[w];
     slots[static_cast<size_t>(out.slot)].value = DTensor::from_trusted_shards(
-        out.shape, out.dtype, out.layout, std::move(written_shards_[w]));
+        out.meta.shape, out.meta.dtype, out.meta.layout, std::move(written_shards_[w]));
     written_shards_[w].clear();
   }
 }
@@ -219,12 +227,14 @@ Tensor Segment::output_buffer(size_t w, size_t d, const std::vector<Slot>& slots
   if (x >= 0) {
     const Tensor& in =
         slots[static_cast<size_t>(external_slots_[static_cast<size_t>(x)])].shards_of()[d];
-    if (in.is_unique() && in.device() == device_of_[d]) {
+    if (in.is_unique() && in.device() == device_of_[d] &&
+        in.shape() == shapes_[written_[w].op * devices_ + d]) {
       planned = Tensor();
       return in;
     }
   }
-  planned = Tensor::empty(shapes_[written_[w].op * devices_ + d], written_[w].dtype, device_of_[d]);
+  planned =
+      Tensor::empty(shapes_[written_[w].op * devices_ + d], written_[w].meta.dtype, device_of_[d]);
   return planned;
 }
 

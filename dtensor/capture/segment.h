@@ -4,8 +4,9 @@
 // (ops/kernels/cpu/{unary,binary}.h), so the bits are eager's. Values used only inside the
 // segment live in per-block registers and are never materialised; values read after it (by a
 // later call or as a result of the step) are written into planned shards: the buffers of the last
-// replay when no one else holds them any more, else an input that dies in the segment and that no
-// one else holds (in place), else fresh ones. Devices whose inputs
+// replay when no one else holds them any more, else an input that dies in the segment, that no
+// one else holds and that has the result's shape, dtype and layout (in place: its shards are
+// the result's shards), else fresh ones. Devices whose inputs
 // are the same buffers (replicated operands) compute once and share the results, as eager does.
 //
 // Ownership: the segment owns its plan and scratch; run() reads and writes the program's slots.
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <vector>
 
 #include "dtensor/capture/elementwise.h"
@@ -29,10 +31,11 @@ class Segment {
   struct Call {
     const ElementwiseCall* elementwise;
     std::vector<int> inputs;  // slots
-    int output;               // slot
+    // Per input: the shape, dtype and layout the call saw it with (nullopt: bare shards).
+    std::vector<std::optional<ValueMeta>> input_meta;
+    int output;  // slot
     // The step's view of the result (what the slot must hold when it is read later).
-    Shape shape;
-    Layout layout;
+    ValueMeta result;
   };
 
   // `read_later(slot)` tells whether a value is read after the segment (or returned, or kept).
@@ -62,9 +65,7 @@ class Segment {
   struct Written {
     int slot;
     size_t op;  // the call that makes it
-    Shape shape;
-    DType dtype;
-    Layout layout;
+    ValueMeta meta;
     int32_t takes_over;  // an external input whose buffer may take this result, or -1
   };
 
@@ -82,6 +83,7 @@ class Segment {
   std::vector<ElementwiseOperand> operands_;  // [(op * devices_ + device) * 2 + k]
   std::vector<Shape> shapes_;                 // [op * devices_ + device]
   std::vector<int> external_slots_;
+  std::vector<std::optional<ValueMeta>> external_meta_;  // per external: as its first reader saw it
   std::vector<Written> written_;
   std::vector<Device> device_of_;
   std::vector<int64_t> elements_;  // per device
