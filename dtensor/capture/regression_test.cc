@@ -1,11 +1,14 @@
 // Regressions of issue 25, one named test per defect: aliased arguments and constants, the wrong
-// gradient on replay, a fused segment writing into a dying input of another shape.
+// gradient on replay, a fused segment writing into a dying input of another shape, a checkpoint
+// save inside a step.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "dtensor/capture/function.h"
+#include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/creation.h"
 #include "dtensor/variable.h"
 #include "ops/autograd.h"
@@ -14,6 +17,7 @@
 #include "tests/test_tensors.h"
 
 using namespace dtensor;
+using Catch::Message;
 using dtensor::testing::same_bits;
 using dtensor::testing::test_mesh;
 
@@ -126,4 +130,48 @@ TEST_CASE("issue 25: a fused segment writes a result only into a buffer of its s
     check_same(e, c);
     for (const DTensor& y : c) CHECK_NOTHROW(to_global(y));
   }
+}
+
+TEST_CASE("issue 25: a checkpoint save or restore inside a captured step is refused", "[local]") {
+  // Regression: save ran while tracing only, and replays saved nothing.
+  const Mesh mesh = test_mesh({{"batch", 8}});
+  const Layout vector = Layout::batch_sharded(mesh, "batch", 1);
+  DVariable w(random_uniform({16}, vector, 1), "w");
+  Checkpoint ckpt;
+  ckpt.add_variable("w", w);
+  const std::string path =
+      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") +
+      "/capture_regression_ckpt";
+  Function saves = function([&](const std::vector<DTensor>& a) {
+    w.assign_add(a[0]);
+    ckpt.save(path);
+    return std::vector<DTensor>{w.value()};
+  });
+  DTensor x = random_uniform({16}, vector, 2);
+  const std::string save_message =
+      "[Checkpoint::save] cannot run inside a captured step: it writes files on the host, which a "
+      "replay would not write again; save between steps, outside the step";
+  CHECK_THROWS_MATCHES(saves({x}), UnimplementedError, Message(save_message));
+  CHECK_THROWS_MATCHES(saves({x}), UnimplementedError, Message(save_message));
+  CHECK(saves.trace_count() == 0);
+
+  ckpt.save(path);  // outside a step: fine
+  Function restores = function([&](const std::vector<DTensor>& a) {
+    ckpt.restore(path);
+    return std::vector<DTensor>{add(w.value(), a[0])};
+  });
+  CHECK_THROWS_MATCHES(restores({x}), UnimplementedError,
+                       Message("[Checkpoint::restore] cannot run inside a captured step: it reads "
+                               "files on the host into the variables, which a replay would not "
+                               "read again; restore before calling the step"));
+
+  CheckpointManager manager(ckpt, path + "_managed", 2);
+  Function managed = function([&](const std::vector<DTensor>& a) {
+    manager.save(1);
+    return std::vector<DTensor>{a[0]};
+  });
+  CHECK_THROWS_MATCHES(managed({x}), UnimplementedError,
+                       Message("[CheckpointManager::save] cannot run inside a captured step: it "
+                               "writes files on the host, which a replay would not write again; "
+                               "save between steps, outside the step"));
 }

@@ -6,9 +6,11 @@
 #include <set>
 
 #include "dtensor/checkpoint/internal/file_io.h"
+#include "dtensor/checkpoint/internal/in_trace.h"
 #include "dtensor/checkpoint/internal/index.h"
 #include "dtensor/checkpoint/internal/shard_io.h"
 #include "dtensor/checkpoint/internal/sync.h"
+#include "dtensor/trace_hook.h"
 
 namespace dtensor {
 
@@ -169,6 +171,7 @@ std::string part_name(int64_t process, int64_t num_processes) {
 
 void Checkpoint::save(const std::string& path_in) const {
   const std::string fn = "Checkpoint::save";
+  reject_in_trace("Checkpoint::save", kSaveInTraceReason);
   const std::string path = strip_trailing_slashes(path_in);
   if (path.empty()) throw_error<InvalidArgumentError>(fn, "the checkpoint path is empty");
   const std::vector<TrackedTensor> tensors = tracked_tensors(fn);

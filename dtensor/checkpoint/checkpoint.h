@@ -40,6 +40,11 @@
 // missing or untracked entry or a bad name. Messages start with "[Checkpoint::restore]" (or the
 // function at fault) and name the checkpoint path, the entry and the shapes or dtypes.
 //
+// Captured steps (dtensor/capture/function.h): save, restore and CheckpointManager::save are host
+// effects a replay would not repeat, so inside a traced step they throw UnimplementedError
+// "[Checkpoint::save] cannot run inside a captured step: ..." like the other host effects; save
+// between steps.
+//
 // Thread-safety: a Checkpoint or CheckpointManager is used from one thread at a time, and no
 // tracked object may change during save or restore.
 #pragma once

@@ -5,6 +5,8 @@
 
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/checkpoint/internal/file_io.h"
+#include "dtensor/checkpoint/internal/in_trace.h"
+#include "dtensor/trace_hook.h"
 
 namespace dtensor {
 
@@ -66,6 +68,7 @@ std::vector<std::pair<int64_t, std::string>> CheckpointManager::complete() const
 
 std::string CheckpointManager::save(int64_t step) {
   const char* fn = "CheckpointManager::save";
+  reject_in_trace(fn, kSaveInTraceReason);
   if (step < 0) throw_error<InvalidArgumentError>(fn, "step must be >= 0, got {}", step);
   const std::string path = join_path(directory_, kPrefix + std::to_string(step));
   checkpoint_.save(path);

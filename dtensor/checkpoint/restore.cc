@@ -6,9 +6,11 @@
 
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/checkpoint/internal/file_io.h"
+#include "dtensor/checkpoint/internal/in_trace.h"
 #include "dtensor/checkpoint/internal/index.h"
 #include "dtensor/checkpoint/internal/shard_io.h"
 #include "dtensor/checkpoint/internal/sync.h"
+#include "dtensor/trace_hook.h"
 
 namespace dtensor {
 
@@ -61,6 +63,7 @@ const VariableRecord& matching_record(const Index& index, const std::string& pat
 
 void Checkpoint::restore(const std::string& path_in) {
   const std::string fn = "Checkpoint::restore";
+  reject_in_trace("Checkpoint::restore", kRestoreInTraceReason);
   const std::string path = strip_trailing_slashes(path_in);
   const std::optional<Mesh> mesh = process_mesh(fn);
 
