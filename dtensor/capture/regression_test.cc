@@ -1,18 +1,21 @@
 // Regressions of issue 25, one named test per defect: aliased arguments and constants, the wrong
 // gradient on replay, a fused segment writing into a dying input of another shape, a checkpoint
-// save inside a step.
+// save inside a step, dropout in a captured step.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "dtensor/capture/function.h"
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/creation.h"
+#include "dtensor/optim/optimizers.h"
 #include "dtensor/variable.h"
 #include "ops/autograd.h"
 #include "ops/ops.h"
+#include "ops/seed_generator.h"
 #include "tests/layout_enumeration.h"
 #include "tests/test_tensors.h"
 
@@ -174,4 +177,81 @@ TEST_CASE("issue 25: a checkpoint save or restore inside a captured step is refu
                        Message("[CheckpointManager::save] cannot run inside a captured step: it "
                                "writes files on the host, which a replay would not write again; "
                                "save between steps, outside the step"));
+}
+
+TEST_CASE("issue 25: dropout with a host seed is refused in a captured step, naming dropout",
+          "[local]") {
+  const Mesh mesh = test_mesh({{"batch", 8}});
+  DTensor x = random_uniform({8, 6}, Layout::batch_sharded(mesh, "batch", 2), 1);
+  Function f = function(
+      [](const std::vector<DTensor>& a) { return std::vector<DTensor>{dropout(a[0], 0.5, 42)}; });
+  CHECK_THROWS_MATCHES(
+      f({x}), UnimplementedError,
+      Message("[dropout] cannot run inside a captured step: its mask comes from a host seed that "
+              "the trace would freeze; pass the seed as a DTensor (an argument of the step, or "
+              "SeedGenerator::next()) to dropout(x, rate, seed)"));
+  // Not training: no mask, nothing to freeze.
+  Function eval = function([](const std::vector<DTensor>& a) {
+    return std::vector<DTensor>{dropout(a[0], 0.5, 42, /*training=*/false)};
+  });
+  CHECK(same_bits(eval({x})[0], x));
+}
+
+TEST_CASE("issue 25: dropout seeded by an argument replays eager's mask for each seed") {
+  const Mesh mesh = test_mesh({{"x", 2}, {"y", 4}});
+  const Layout scalar = Layout::replicated(mesh, 0);
+  DTensor x = random_uniform({8, 6}, Layout({"x", "y"}, mesh), 1, -1, 1);
+  Function f = function([](const std::vector<DTensor>& a) {
+    return std::vector<DTensor>{relu(dropout(a[0], 0.4, a[1]))};
+  });
+  std::optional<DTensor> previous;
+  for (int64_t seed : {7, 8, 9, 1000}) {
+    INFO("seed " << seed);
+    DTensor got = f({x, fill({}, scalar, static_cast<double>(seed), DType::kI64)})[0];
+    CHECK(same_bits(got, relu(dropout(x, 0.4, static_cast<uint64_t>(seed)))));
+    if (previous) CHECK_FALSE(same_bits(got, *previous));  // a fresh mask
+    previous = got;
+  }
+  CHECK(f.trace_count() == 1);
+  CHECK_THROWS_MATCHES(dropout(x, 0.4, fill({}, scalar, 1.0)), DTypeError,
+                       Message("[dropout] seed f32[] [] must be i64 or i32"));
+}
+
+TEST_CASE(
+    "issue 25: dropout from a SeedGenerator in a training step gives eager's bits, "
+    "a fresh mask every step") {
+  const Mesh mesh = test_mesh({{"batch", 8}});
+  const Layout rows = Layout::batch_sharded(mesh, "batch", 2);
+  const DTensor w0 = random_uniform({6, 6}, Layout::replicated(mesh, 2), 3, -1, 1);
+  struct Model {
+    DVariable w;
+    SeedGenerator seeds;
+    SGD opt{0.1};
+    std::vector<DTensor> step(const DTensor& x) {
+      GradientTape tape;
+      tape.watch(w);
+      DTensor h = dropout(relu(matmul(x, w.value())), 0.5, seeds.next());
+      DTensor loss = reduce_sum(h);
+      opt.apply({w}, tape.gradient(loss, std::vector<DVariable>{w}));
+      return {h, loss};
+    }
+  };
+  Model eager{DVariable(w0), SeedGenerator(mesh, 5)};
+  Model captured{DVariable(dtensor::testing::deep_copy(w0)), SeedGenerator(mesh, 5)};
+  Function step = function([&](const std::vector<DTensor>& a) { return captured.step(a[0]); });
+  std::optional<DTensor> previous;
+  for (uint64_t s = 0; s < 5; ++s) {
+    INFO("step " << s);
+    DTensor x = random_uniform({8, 6}, rows, 10 + s, -1, 1);
+    std::vector<DTensor> e = eager.step(x);
+    std::vector<DTensor> c = step({x});
+    check_same(e, c);
+    CHECK(same_bits(eager.w.value(), captured.w.value()));
+    CHECK(same_bits(eager.seeds.state().value(), captured.seeds.state().value()));
+    if (previous) CHECK_FALSE(same_bits(c[0], *previous));  // a fresh mask every step
+    previous = c[0];
+  }
+  CHECK(step.trace_count() == 1);
+  CHECK(same_bits(captured.seeds.state().value(),
+                  fill({}, Layout::replicated(mesh, 0), 10.0, DType::kI64)));
 }
