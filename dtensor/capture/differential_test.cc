@@ -1,12 +1,13 @@
 // Differential test of captured steps: random training steps (op chains over random layouts,
-// partial and uneven ones included; gradient tapes; optimizers; arguments aliased with each other,
-// with closure constants and with variables' value()), each traced as a Function and replayed on
-// fresh arguments against the same step run eagerly, bit for bit, on every test mesh.
+// partial and uneven ones included, dropout from a SeedGenerator; gradient tapes; optimizers;
+// arguments aliased with each other, with closure constants and with variables' value()), each
+// traced as a Function and replayed on fresh arguments against the same step run eagerly, bit for
+// bit, on every test mesh.
 //
 // Every case is a function of (base seed, mesh, case index): a difference prints the seed, the
 // case and the call, and the step's description, and DTENSOR_CAPTURE_DIFF_CASE=<index> reruns
 // that case alone. Environment:
-//   DTENSOR_CAPTURE_DIFF_STEPS  steps (calls compared) per mesh, default 5000 (nightly: more)
+//   DTENSOR_CAPTURE_DIFF_STEPS  steps (calls compared) per mesh, default 10000 (nightly: more)
 //   DTENSOR_CAPTURE_DIFF_SEED   base seed, default 25
 //   DTENSOR_CAPTURE_DIFF_CASE   run this case index only
 // Under Bazel sharding (TEST_TOTAL_SHARDS) shard k runs the cases whose index is k modulo the
@@ -30,6 +31,7 @@
 #include "dtensor/variable.h"
 #include "ops/autograd.h"
 #include "ops/ops.h"
+#include "ops/seed_generator.h"
 #include "tests/layout_enumeration.h"
 #include "tests/test_tensors.h"
 
@@ -59,14 +61,29 @@ struct Operand {
   int index;
 };
 
-enum class OpKind { kUnary, kBinary, kBias, kMatmul, kDense, kRelayout, kRowScale, kSoftmax };
+enum class OpKind {
+  kUnary,
+  kBinary,
+  kBias,
+  kMatmul,
+  kDense,
+  kRelayout,
+  kRowScale,
+  kSoftmax,
+  kCenter,
+  kWhere,
+  kLayerNorm,
+  kDropout,
+  kTranspose,
+};
+constexpr int kNumOpKinds = 13;
 
 struct Op {
   OpKind kind;
   int code = 0;  // which unary or binary op; dense: with relu
   Operand a{}, b{}, c{};
   std::optional<Layout> layout;  // kRelayout
-  double alpha = 1.0;            // unary scale
+  double alpha = 1.0;            // unary scale; dropout rate
 };
 
 struct Source {
@@ -166,6 +183,24 @@ std::string StepSpec::describe() const {
       case OpKind::kSoftmax:
         s << "softmax(" << operand_string(op.a) << ", 1)";
         break;
+      case OpKind::kCenter:
+        s << "sub(" << operand_string(op.a) << ", reduce_mean(" << operand_string(op.a)
+          << ", {0}, keepdims))";
+        break;
+      case OpKind::kWhere:
+        s << "where(greater(" << operand_string(op.a) << ", " << operand_string(op.b) << "), "
+          << operand_string(op.a) << ", scale(" << operand_string(op.b) << ", 0.5))";
+        break;
+      case OpKind::kLayerNorm:
+        s << "layer_norm(" << operand_string(op.a) << ", " << operand_string(op.b) << ", "
+          << operand_string(op.c) << ")";
+        break;
+      case OpKind::kDropout:
+        s << "dropout(" << operand_string(op.a) << ", " << op.alpha << ", seeds.next())";
+        break;
+      case OpKind::kTranspose:
+        s << "transpose(" << operand_string(op.a) << ", {1, 0})";
+        break;
     }
     s << "\n";
   }
@@ -193,9 +228,10 @@ class Generator {
 
   StepSpec step() {
     StepSpec s;
-    // Sizes 1..9: uneven over mesh dims of 2, 4 and 8, and smaller than them.
-    s.m = uniform(1, 9);
-    s.n = uniform(1, 9);
+    // Sizes 1..9: uneven over mesh dims of 2, 4 and 8, and smaller than them; now and then
+    // larger ones, whose fused segments run in several blocks.
+    s.m = chance(0.05) ? uniform(10, 70) : uniform(1, 9);
+    s.n = chance(0.05) ? uniform(10, 70) : uniform(1, 9);
     // Activations come first so that every step has one.
     s.arguments.push_back(source(kActivation, true, s));
     for (int64_t i = uniform(0, 3); i > 0; --i) s.arguments.push_back(source(any_kind(), true, s));
@@ -290,7 +326,7 @@ class Generator {
   Op op(const StepSpec& s, int results) {
     for (;;) {
       Op op;
-      op.kind = static_cast<OpKind>(uniform(0, 7));
+      op.kind = static_cast<OpKind>(uniform(0, kNumOpKinds - 1));
       op.a = operand(s, kActivation, results);
       switch (op.kind) {
         case OpKind::kUnary:
@@ -318,8 +354,23 @@ class Generator {
         case OpKind::kRelayout:
           op.layout = pick(layouts_[2]);
           return op;
+        case OpKind::kWhere:
+          op.b = operand(s, kActivation, results);
+          return op;
+        case OpKind::kLayerNorm:
+          op.b = operand(s, kBias, results);
+          op.c = operand(s, kBias, results);
+          if (op.b.index < 0 || op.c.index < 0) continue;
+          return op;
+        case OpKind::kDropout:
+          op.alpha = static_cast<double>(uniform(1, 3)) / 4.0;
+          return op;
+        case OpKind::kTranspose:
+          if (s.m != s.n) continue;  // every activation stays [m, n]
+          return op;
         case OpKind::kRowScale:
         case OpKind::kSoftmax:
+        case OpKind::kCenter:
           return op;
       }
     }
@@ -348,6 +399,7 @@ DTensor random_value(const Source& source, int64_t m, int64_t n, uint64_t seed) 
 struct Side {
   std::vector<DVariable> variables;
   std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<SeedGenerator> seeds;  // dropout's
 };
 
 std::unique_ptr<Optimizer> make_optimizer(Training t) {
@@ -422,6 +474,23 @@ std::vector<DTensor> run_step(const StepSpec& s, const std::vector<DTensor>& con
         break;
       case OpKind::kSoftmax:
         results.push_back(softmax(a, 1));
+        break;
+      case OpKind::kCenter:
+        results.push_back(sub(a, reduce_mean(a, {0}, /*keepdims=*/true)));
+        break;
+      case OpKind::kWhere: {
+        const DTensor b = value(op.b);
+        results.push_back(where(greater(a, b), a, scale(b, 0.5)));
+        break;
+      }
+      case OpKind::kLayerNorm:
+        results.push_back(layer_norm(a, value(op.b), value(op.c)));
+        break;
+      case OpKind::kDropout:
+        results.push_back(dropout(a, op.alpha, side.seeds->next()));
+        break;
+      case OpKind::kTranspose:
+        results.push_back(transpose(a, {1, 0}));
         break;
     }
   }
@@ -512,6 +581,9 @@ void run_case(const Mesh& mesh, uint64_t base_seed, int64_t index, int calls, Ta
   }
   eager.optimizer = make_optimizer(spec.training);
   captured.optimizer = make_optimizer(spec.training);
+  const int64_t seeds_from = static_cast<int64_t>(gen.seed() % 1000000);
+  eager.seeds = std::make_unique<SeedGenerator>(mesh, seeds_from);
+  captured.seeds = std::make_unique<SeedGenerator>(mesh, seeds_from);
   Function f = function(
       [&](const std::vector<DTensor>& args) { return run_step(spec, constants, captured, args); });
   ++tally.cases;
@@ -605,7 +677,7 @@ std::vector<Mesh> differential_meshes() {
 }  // namespace
 
 TEST_CASE("random captured steps replay eager's bits on every test mesh") {
-  const int64_t steps_per_mesh = env_int("DTENSOR_CAPTURE_DIFF_STEPS", 5000);
+  const int64_t steps_per_mesh = env_int("DTENSOR_CAPTURE_DIFF_STEPS", 10000);
   const uint64_t seed = static_cast<uint64_t>(env_int("DTENSOR_CAPTURE_DIFF_SEED", 25));
   const int64_t only = env_int("DTENSOR_CAPTURE_DIFF_CASE", -1);
   const int64_t shards = env_int("TEST_TOTAL_SHARDS", 1);
