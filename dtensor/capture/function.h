@@ -32,9 +32,11 @@
 //    a new variable on every call cannot be captured.
 // What the trace cannot replay faithfully raises UnimplementedError naming the op, and the call
 // caches nothing: reading values on the host (unpack, to_global), bringing host data in (pack,
-// distribute), random ops (their seed is a host value), and a value computed by a path the
-// recorder does not see. A data-dependent layout choice (a partial sum through mul/div) is
-// re-checked on replay and raises if the values now call for the other choice.
+// distribute), random ops with a host seed (random_uniform, dropout(x, rate, uint64_t)), saving
+// or restoring a checkpoint, and a value computed by a path the recorder does not see. Dropout
+// takes its seed as a DTensor instead, an argument or SeedGenerator::next() (ops/ops.h): a fresh
+// mask every replay, with eager's bits. A data-dependent layout choice (a partial sum through
+// mul/div) is re-checked on replay and raises if the values now call for the other choice.
 //
 // Ownership: the function owns the step closure and the cached programs; the variables and
 // optimizers the step uses must outlive it. Thread-safety: calls are serialised by a mutex; a

@@ -77,6 +77,32 @@ TEST_CASE("issue 25: an argument that is a variable's value stays apart from the
   check_same(body({a}), f({a}));
 }
 
+TEST_CASE("issue 25: a handle re-wrapped around an aliased argument's buffers is refused",
+          "[local]") {
+  // Which argument a DTensor wrapped around shared buffers stands for cannot be told: the
+  // recorder refuses rather than guess (a guess is the aliasing bug again).
+  const Mesh mesh = test_mesh({{"batch", 8}});
+  const Layout rows = Layout::batch_sharded(mesh, "batch", 2);
+  auto body = [](const std::vector<DTensor>& a) {
+    const DTensor& x = a[0];
+    DTensor y = DTensor::from_trusted_shards(x.shape(), x.dtype(), x.layout(), x.shards());
+    return std::vector<DTensor>{sub(y, a[1])};
+  };
+  DTensor x = random_uniform({8, 4}, rows, 1, -1, 1);
+  Function f = function(body);
+  CHECK_THROWS_MATCHES(
+      f({x, x}), UnimplementedError,
+      Message("[function] run_local reads f32[8,4] [batch,unsharded] whose buffers several values "
+              "of the step hold (an argument passed twice, or also read from the closure or a "
+              "variable); the trace cannot tell which one it reads: pass a copy"));
+  CHECK(f.trace_count() == 0);
+  // Unaliased, the re-wrapped handle is its argument.
+  DTensor b = random_uniform({8, 4}, rows, 2, -1, 1);
+  check_same(body({x, b}), f({x, b}));
+  DTensor c = random_uniform({8, 4}, rows, 3, -1, 1);
+  check_same(body({c, b}), f({c, b}));
+}
+
 // The backward pass multiplies the relu masks in the layout the w2 product gives
 // ([unsharded,batch], [8,2] per device) and computes other elementwise values of the same element
 // count in [batch,unsharded] ([1,16] per device): one fused segment. Its planner let a [1,16]
