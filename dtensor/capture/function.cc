@@ -25,9 +25,27 @@ bool Function::matches(const Entry& entry, const std::vector<DTensor>& arguments
   return true;
 }
 
+namespace {
+
+// A fresh handle of every argument: inside a step each argument is a value of its own (an
+// argument passed twice, or one that is also a closure constant or a variable's value, is two
+// values for the recorder and for gradient tapes), traced or run eagerly alike.
+std::vector<DTensor> fresh_handles(const std::vector<DTensor>& arguments) {
+  std::vector<DTensor> out;
+  out.reserve(arguments.size());
+  for (const DTensor& a : arguments) {
+    out.push_back(DTensor::from_trusted_shards(a.shape(), a.dtype(), a.layout(), a.shards()));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<DTensor> Function::operator()(const std::vector<DTensor>& arguments) {
   State& s = *state_;
-  if (s.options.eager || CaptureHook::active() != nullptr) return s.step(arguments);
+  // Inside another trace the step is part of that program, whose recorder tells its values apart.
+  if (CaptureHook::active() != nullptr) return s.step(arguments);
+  if (s.options.eager) return s.step(fresh_handles(arguments));
   std::lock_guard<std::mutex> lock(s.mu);
   for (auto it = s.cache.begin(); it != s.cache.end(); ++it) {
     if (!matches(*it, arguments)) continue;
@@ -40,13 +58,7 @@ std::vector<DTensor> Function::operator()(const std::vector<DTensor>& arguments)
 
 std::vector<DTensor> Function::trace(const std::vector<DTensor>& arguments) {
   State& s = *state_;
-  // The step sees a fresh handle of every argument: an argument passed twice, or one that is also
-  // a closure constant or a variable's value, is a value of its own (capture/recorder.h).
-  std::vector<DTensor> traced;
-  traced.reserve(arguments.size());
-  for (const DTensor& a : arguments) {
-    traced.push_back(DTensor::from_trusted_shards(a.shape(), a.dtype(), a.layout(), a.shards()));
-  }
+  const std::vector<DTensor> traced = fresh_handles(arguments);  // capture/recorder.h
   capture::Recorder recorder(traced);
   recorder.start();
   std::vector<DTensor> outputs = s.step(traced);  // a throw uninstalls and caches nothing

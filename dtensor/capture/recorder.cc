@@ -67,9 +67,11 @@ void Recorder::add_value(int s, int64_t id, const Key& key, const std::vector<in
   origin_.resize(std::max(origin_.size(), slot + 1), -1);
   producer_.resize(origin_.size());
   keys_.resize(origin_.size());
+  ids_.resize(origin_.size(), -1);
   origin_[slot] = s;
   producer_[slot] = op;
   keys_[slot] = key;
+  ids_[slot] = id;
   // A call that hands back an input's buffers (a view, an identity kernel) made the same value.
   for (int in : inputs) {
     if (keys_[static_cast<size_t>(in)] == key) origin_[slot] = origin_[static_cast<size_t>(in)];
@@ -79,7 +81,9 @@ void Recorder::add_value(int s, int64_t id, const Key& key, const std::vector<in
   // between) are one value.
   if (inputs.empty() && *op != '\0') {
     for (int h : holders) {
-      if (producer_[static_cast<size_t>(h)] == op) origin_[slot] = origin_[static_cast<size_t>(h)];
+      if (producer_[static_cast<size_t>(h)] == op && ids_[static_cast<size_t>(h)] == id) {
+        origin_[slot] = origin_[static_cast<size_t>(h)];
+      }
     }
   }
   holders.push_back(s);

@@ -82,6 +82,7 @@ class Recorder final : public TraceHook {
   std::vector<int> origin_;                        // per slot
   std::vector<std::string> producer_;              // per slot: the op that made it ("" if none)
   std::vector<Key> keys_;                          // per slot
+  std::vector<int64_t> ids_;                       // per slot: its DTensor id, -1 for shards
   int64_t first_traced_id_;  // DTensors with ids from here on were made during the trace
   int num_arguments_;
   bool installed_ = false;
