@@ -17,36 +17,52 @@ uint64_t mix(uint64_t hash, int64_t value) {
   return (hash ^ static_cast<uint64_t>(value)) * kFnvPrime;
 }
 
+// What a descriptor records of one tensor.
+struct Piece {
+  DType dtype;
+  const Shape* shape;
+};
+
 // Dtype and shape of every tensor, the free axis's size left out.
-int64_t signature_of(const std::vector<const Tensor*>& tensors, int64_t free_axis) {
+int64_t signature_of(const std::vector<Piece>& pieces, int64_t free_axis) {
   uint64_t hash = 14695981039346656037ull;
-  for (const Tensor* t : tensors) {
-    hash = mix(hash, static_cast<int64_t>(t->dtype()));
-    hash = mix(hash, t->rank());
-    for (int64_t d = 0; d < t->rank(); ++d) hash = mix(hash, d == free_axis ? -1 : t->dim(d));
+  for (const Piece& p : pieces) {
+    hash = mix(hash, static_cast<int64_t>(p.dtype));
+    hash = mix(hash, static_cast<int64_t>(p.shape->size()));
+    for (size_t d = 0; d < p.shape->size(); ++d) {
+      hash = mix(hash, static_cast<int64_t>(d) == free_axis ? -1 : (*p.shape)[d]);
+    }
   }
   return static_cast<int64_t>(hash);
+}
+
+CollectiveDescriptor describe_pieces(CollectiveKind kind, const std::vector<Piece>& pieces,
+                                     int64_t free_axis) {
+  CollectiveDescriptor d;
+  d.kind = static_cast<int64_t>(kind);
+  d.tensors = static_cast<int64_t>(pieces.size());
+  for (const Piece& p : pieces) d.elements += num_elements(*p.shape);
+  d.free_axis = free_axis;
+  d.signature = signature_of(pieces, free_axis);
+  if (!pieces.empty()) {
+    const Shape& first = *pieces[0].shape;
+    const int64_t rank = static_cast<int64_t>(first.size());
+    d.dtype = static_cast<int64_t>(pieces[0].dtype);
+    d.rank = rank;
+    for (int64_t i = 0; i < rank && i < CollectiveDescriptor::kInlineDims; ++i) {
+      d.dims[static_cast<size_t>(i)] = first[static_cast<size_t>(i)];
+    }
+    if (free_axis >= 0 && free_axis < rank) d.free_size = first[static_cast<size_t>(free_axis)];
+  }
+  return d;
 }
 
 CollectiveDescriptor describe_tensors(CollectiveKind kind,
                                       const std::vector<const Tensor*>& tensors,
                                       int64_t free_axis) {
-  CollectiveDescriptor d;
-  d.kind = static_cast<int64_t>(kind);
-  d.tensors = static_cast<int64_t>(tensors.size());
-  for (const Tensor* t : tensors) d.elements += t->num_elements();
-  d.free_axis = free_axis;
-  d.signature = signature_of(tensors, free_axis);
-  if (!tensors.empty()) {
-    const Tensor& first = *tensors[0];
-    d.dtype = static_cast<int64_t>(first.dtype());
-    d.rank = first.rank();
-    for (int64_t i = 0; i < first.rank() && i < CollectiveDescriptor::kInlineDims; ++i) {
-      d.dims[static_cast<size_t>(i)] = first.dim(i);
-    }
-    if (free_axis >= 0 && free_axis < first.rank()) d.free_size = first.dim(free_axis);
-  }
-  return d;
+  std::vector<Piece> pieces;
+  for (const Tensor* t : tensors) pieces.push_back({t->dtype(), &t->shape()});
+  return describe_pieces(kind, pieces, free_axis);
 }
 
 std::string tensor_text(const CollectiveDescriptor& d) {
@@ -122,7 +138,11 @@ CollectiveDescriptor describe_all_reduce(const Tensor& in, ReduceOp op) {
 }
 
 CollectiveDescriptor describe_all_gather(const Tensor& in, int64_t axis) {
-  CollectiveDescriptor d = describe_tensors(CollectiveKind::kAllGather, {&in}, axis);
+  return describe_all_gather(in.dtype(), in.shape(), axis);
+}
+
+CollectiveDescriptor describe_all_gather(DType dtype, const Shape& shape, int64_t axis) {
+  CollectiveDescriptor d = describe_pieces(CollectiveKind::kAllGather, {{dtype, &shape}}, axis);
   d.axis = axis;
   return d;
 }
@@ -136,7 +156,13 @@ CollectiveDescriptor describe_reduce_scatter(const Tensor& in, ReduceOp op, int6
 
 CollectiveDescriptor describe_all_to_all(const Tensor& in, int64_t split_axis,
                                          int64_t concat_axis) {
-  CollectiveDescriptor d = describe_tensors(CollectiveKind::kAllToAll, {&in}, concat_axis);
+  return describe_all_to_all(in.dtype(), in.shape(), split_axis, concat_axis);
+}
+
+CollectiveDescriptor describe_all_to_all(DType dtype, const Shape& shape, int64_t split_axis,
+                                         int64_t concat_axis) {
+  CollectiveDescriptor d =
+      describe_pieces(CollectiveKind::kAllToAll, {{dtype, &shape}}, concat_axis);
   d.axis = split_axis;
   d.axis2 = concat_axis;
   return d;

@@ -65,6 +65,10 @@ static_assert(sizeof(CollectiveDescriptor) == CollectiveDescriptor::kWords * siz
 
 CollectiveDescriptor describe_all_reduce(const Tensor& in, ReduceOp op);
 CollectiveDescriptor describe_all_gather(const Tensor& in, int64_t axis);
+// From a member's dtype and shape (a backend that learns the members' shapes itself).
+CollectiveDescriptor describe_all_gather(DType dtype, const Shape& shape, int64_t axis);
+CollectiveDescriptor describe_all_to_all(DType dtype, const Shape& shape, int64_t split_axis,
+                                         int64_t concat_axis);
 CollectiveDescriptor describe_reduce_scatter(const Tensor& in, ReduceOp op, int64_t axis);
 CollectiveDescriptor describe_all_to_all(const Tensor& in, int64_t split_axis, int64_t concat_axis);
 // The root describes its tensor; the others only the root (their tensors are placeholders).
