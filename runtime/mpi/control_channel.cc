@@ -95,8 +95,7 @@ std::vector<CollectiveDescriptor> exchange_descriptors(const std::vector<int>& p
               function, "MPI_Isend");
   }
   using Clock = std::chrono::steady_clock;
-  const Clock::time_point began = Clock::now();
-  Clock::time_point polled = began;
+  Clock::time_point polled = Clock::now();
   size_t pending = x->receives.size();
   for (int round = 0; pending > 0; ++round) {
     for (MPI_Request& r : x->receives) {
@@ -129,11 +128,7 @@ std::vector<CollectiveDescriptor> exchange_descriptors(const std::vector<int>& p
         throw_departed(function, who, me, mine);
       }
     }
-    if (now - began < std::chrono::milliseconds(2)) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    std::this_thread::yield();
   }
   check_mpi(MPI_Waitall(static_cast<int>(x->sends.size()), x->sends.data(), MPI_STATUSES_IGNORE),
             function, "MPI_Waitall");

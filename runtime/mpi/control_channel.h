@@ -17,8 +17,10 @@
 // survivors' descriptors of the failed call may still be in flight, so later calls among them
 // can report a disagreement.
 //
-// While waiting, exchange spins briefly, then yields, then sleeps in short naps: a process that
-// waits for a late one gives the core back.
+// While waiting, exchange tests in a loop, yielding the core between tests after the first few
+// hundred, as Open MPI's own blocking calls do on an oversubscribed host. (Naps of 50 us once a
+// wait passed 2 ms made the relayout mpirun test about twice as slow on a loaded 2-core host:
+// a process that naps is not running when the late one arrives.)
 //
 // Requires MPI to be initialised, with MPI_COMM_WORLD's errors returned (dtensor/runtime.cc).
 // Thread-safety: every function may be called from any thread; calls are serialised (callers
