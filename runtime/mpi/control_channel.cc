@@ -45,15 +45,6 @@ int departed_member(const std::vector<int>& processes) {
   return -1;
 }
 
-[[noreturn]] void throw_departed(const char* function, int who, int self,
-                                 const CollectiveDescriptor& mine) {
-  throw_error<CommunicationError>(
-      function,
-      "process {} has finished its program (its runtime shut down) while process {} (this one) "
-      "waits for it in {}; every process must make the same collective calls, in the same order",
-      who, self, mine.to_string());
-}
-
 // The requests of one exchange and the buffers they use. Left to MPI, never freed, when a
 // member departs halfway: a send may still be reading `mine`.
 struct Exchange {
@@ -63,6 +54,20 @@ struct Exchange {
 };
 
 }  // namespace
+
+void throw_departed(const char* function, int who, int self, const CollectiveDescriptor& mine) {
+  throw_error<CommunicationError>(
+      function,
+      "process {} has finished its program (its runtime shut down) while process {} (this one) "
+      "waits for it in {}; every process must make the same collective calls, in the same order",
+      who, self, mine.to_string());
+}
+
+bool has_departed(int process, const char* function) {
+  std::lock_guard<std::mutex> lock(channel_mu);
+  receive_departures(function);
+  return departed.count(process) != 0;
+}
 
 std::vector<CollectiveDescriptor> exchange_descriptors(const std::vector<int>& processes,
                                                        size_t self,

@@ -42,6 +42,15 @@ std::vector<CollectiveDescriptor> exchange_descriptors(const std::vector<int>& p
                                                        const CollectiveDescriptor& mine,
                                                        const char* function);
 
+// Whether `process` (a MPI_COMM_WORLD rank) has announced that it left the job: for a backend
+// waiting for it by other means (runtime/mpi/shared_reducer.h).
+bool has_departed(int process, const char* function);
+
+// Throws CommunicationError "[function] process <who> has finished its program (its runtime shut
+// down) while process <self> (this one) waits for it in <mine>; ...".
+[[noreturn]] void throw_departed(const char* function, int who, int self,
+                                 const CollectiveDescriptor& mine);
+
 // Announces that this process leaves the job and waits until every other process has announced
 // it too. Called once, at shutdown, before MPI_Finalize.
 void depart_from_job();

@@ -30,6 +30,9 @@ constexpr int kCreateGroupTag = 7177;
 // Rank limit of a broadcast: the receivers learn the root's shape from its descriptor.
 constexpr int64_t kMaxBroadcastRank = CollectiveDescriptor::kInlineDims;
 
+static_assert(sizeof(CollectiveDescriptor) <= SharedReducer::kExchangeBytes,
+              "a descriptor must fit the shared-memory exchange");
+
 // Whether all-reduces, reduce-scatters, buckets and barriers agree before they run (see
 // set_collective_agreement).
 std::atomic<bool> agreement_on{true};
@@ -560,7 +563,8 @@ class MpiBackend final : public CollectiveBackend {
   }
 
  private:
-  // Exchanges descriptors with the other members over the control channel and throws
+  // Exchanges descriptors with the other members (over the control channel, or through their
+  // SharedReducer once they have one) and throws
   // CommunicationError on every member when they disagree (or one has left the job). Returns the
   // members' descriptors in group order. Caller holds mu_, before any MPI call of the collective
   // (even the first use's communicator creation, which would wait for a member that is not
@@ -568,8 +572,23 @@ class MpiBackend final : public CollectiveBackend {
   std::vector<CollectiveDescriptor> agree(const Group& group, const CollectiveDescriptor& mine,
                                           const char* function) {
     const size_t self = static_cast<size_t>(self_rank(group));
-    std::vector<CollectiveDescriptor> all =
-        exchange_descriptors(ranks_of(group), self, mine, function);
+    const std::vector<int> ranks = ranks_of(group);
+    std::vector<CollectiveDescriptor> all;
+    auto shared = reducers_.find(ranks);
+    if (shared != reducers_.end() && shared->second.reducer != nullptr) {
+      // Processes of one host, once their reducer exists (made by the same call on all of them):
+      // through shared memory, asleep while waiting, so that a process that waits for a late one
+      // gives the core back instead of polling MPI.
+      all.resize(ranks.size());
+      shared->second.reducer->exchange(&mine, sizeof(mine), all.data(), [&](int position) {
+        const int who = ranks[static_cast<size_t>(position)];
+        if (has_departed(who, function)) {
+          throw_departed(function, who, ranks[self], mine);
+        }
+      });
+    } else {
+      all = exchange_descriptors(ranks, self, mine, function);
+    }
     check_agreement(function, all, group.owners, self);
     return all;
   }

@@ -11,10 +11,12 @@
 // collectives over distinct groups are issued one at a time (MPI calls are serialised by a lock).
 // Before any data moves, the members agree on each call: they exchange a small descriptor (kind,
 // op, dtype, shapes, tensor count; runtime/collective_agreement.h) over the control channel
-// (runtime/mpi/control_channel.h) and all throw CommunicationError naming the collective, this
-// process's call and a disagreeing one's when they differ, staying in step. The exchange also
-// carries what all-gather, all-to-all and broadcast need to know of the others' shapes, and finds
-// a member that has left the job (its program ended) instead of waiting for it forever.
+// (runtime/mpi/control_channel.h), or through their SharedReducer once processes of one host
+// have one (asleep while waiting, like the reduction), and all throw CommunicationError naming the
+// collective, this process's call and a disagreeing one's when they differ, staying in step. The
+// exchange also carries what all-gather, all-to-all and broadcast need to know of the others'
+// shapes, and finds a member that has left the job (its program ended) instead of waiting for it
+// forever.
 //
 // All-reduces among processes of one host go through a SharedReducer (runtime/mpi/
 // shared_reducer.h) over an MPI shared-memory window made on first use: no MPI call, waits asleep,
