@@ -1,7 +1,7 @@
 // A small data-parallel training loop in which one rank fails on purpose, for the fault test
 // (runtime_fault_test.sh): the job must end on every rank within seconds, with the error printed.
 //
-//   fault_injection_main --mode=throw|exit|kill --fail_rank=R --fail_step=S [--steps=N]
+//   fault_injection_main --mode=throw|exit|kill|return --fail_rank=R --fail_step=S [--steps=N]
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -46,6 +46,7 @@ int train(int argc, char** argv, const Runtime& rt) {
                    mode.c_str());
       if (mode == "exit") std::exit(3);
       if (mode == "kill") std::raise(SIGKILL);
+      if (mode == "return") return 0;  // a normal end while the others still train
       throw_error<InvalidArgumentError>("train", "injected failure at step {} on process {}", step,
                                         rt.process_index());
     }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One rank of a 2-process training job fails (an exception, exit() without finalising, SIGKILL).
+# One rank of a 2-process training job fails (an exception, exit() without finalising, SIGKILL,
+# or a normal return while the other still trains).
 # The whole job must end with a non-zero status within 10 seconds, the error printed, and no
 # process left behind.
 #   runtime_fault_test.sh <mpirun_test.sh> <fault_injection_main>
@@ -9,7 +10,7 @@ program=$2
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 failures=0
 
-for mode in throw exit kill; do
+for mode in throw exit kill return; do
   log="$tmp/$mode.log"
   start=$(date +%s%N)
   DTENSOR_MPI_TIMEOUT=60 "$launcher" 2 "$program" --mode="$mode" --fail_rank=1 --fail_step=3 \
@@ -28,6 +29,9 @@ for mode in throw exit kill; do
   fi
   if [[ $mode == throw ]] && ! grep -q "process 1 of 2: \[train\] injected failure at step 3 on process 1" "$log"; then
     echo "FAIL(throw): the exception was not printed with its rank"; failures=$((failures + 1))
+  fi
+  if [[ $mode == return ]] && ! grep -q "process 0 of 2: \[[a-z_]*\] process 1 has finished its program (its runtime shut down) while process 0 (this one) waits for it in " "$log"; then
+    echo "FAIL(return): the waiting rank did not say that process 1 had finished"; failures=$((failures + 1))
   fi
   sleep 0.5
   if pgrep -f "$(basename "$program") --mode=$mode" >/dev/null; then
