@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "dtensor/creation.h"
-#include "ops/kernels/kernels.h"
+#include "kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
 
