@@ -21,9 +21,9 @@
 
 #include "bench/report.h"
 #include "cli/flags.h"
+#include "dtensor/collectives.h"
 #include "dtensor/runtime.h"
 #include "dtensor/virtual_devices.h"
-#include "runtime/collectives.h"
 #include "runtime/mpi/mpi_backend.h"
 
 namespace {
