@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "dtensor/mesh_backend.h"
 #include "mesh/mesh.h"
-#include "runtime/backend_registry.h"
 #include "runtime/collective_backend.h"
 #include "runtime/error.h"
 #include "runtime/process.h"
