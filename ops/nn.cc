@@ -4,7 +4,8 @@
 #include <cmath>
 
 #include "dtensor/creation.h"
-#include "ops/kernels/kernels.h"
+#include "dtensor/trace_hook.h"
+#include "kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
 
@@ -91,7 +92,9 @@ DTensor flatten(const DTensor& x) {
 
 // ---- dropout -----------------------------------------------------------------------------------
 
-DTensor dropout(const DTensor& x, double rate, uint64_t seed, bool training) {
+namespace {
+
+void check_dropout(const DTensor& x, double rate) {
   if (!(rate >= 0.0 && rate < 1.0)) {
     throw_error<InvalidArgumentError>("dropout", "rate must be in [0, 1), got {} for x {}", rate,
                                       x.short_string());
@@ -99,15 +102,60 @@ DTensor dropout(const DTensor& x, double rate, uint64_t seed, bool training) {
   if (!is_floating(x.dtype())) {
     throw_error<DTypeError>("dropout", "{} must be f32, f64 or bf16", x.short_string());
   }
-  if (!training || rate == 0.0) return x;
-  // The mask: uniform values drawn by global position (the same on every mesh and layout), kept
-  // where >= rate. Built without recording: it is a constant of the step.
-  const DTensor keep = unrecorded([&] {
-    const Layout scalar = Layout::replicated(x.mesh(), 0);
-    const DTensor u = random_uniform(x.shape(), x.layout().without_partial(), seed, 0.0, 1.0);
+}
+
+// 1 / (1 - rate) where uniform values drawn by global position (the same on every mesh and
+// layout) are >= rate, else 0. Built without recording: the mask is a constant of the product.
+DTensor keep_mask(const Shape& shape, const Layout& layout, DType dtype, double rate,
+                  uint64_t seed) {
+  return unrecorded([&] {
+    const Layout scalar = Layout::replicated(layout.mesh(), 0);
+    const DTensor u = random_uniform(shape, layout, seed, 0.0, 1.0);
     return where(greater_equal(u, fill({}, scalar, rate)),
-                 fill({}, scalar, 1.0 / (1.0 - rate), x.dtype()), fill({}, scalar, 0.0, x.dtype()));
+                 fill({}, scalar, 1.0 / (1.0 - rate), dtype), fill({}, scalar, 0.0, dtype));
   });
+}
+
+uint64_t seed_value(const DTensor& seed) {
+  const Tensor s = to_global(seed);
+  return seed.dtype() == DType::kI64 ? static_cast<uint64_t>(s.data<int64_t>()[0])
+                                     : static_cast<uint64_t>(s.data<int32_t>()[0]);
+}
+
+}  // namespace
+
+DTensor dropout(const DTensor& x, double rate, uint64_t seed, bool training) {
+  check_dropout(x, rate);
+  if (!training || rate == 0.0) return x;
+  reject_in_trace("dropout",
+                  "its mask comes from a host seed that the trace would freeze; pass the seed as "
+                  "a DTensor (an argument of the step, or SeedGenerator::next()) to "
+                  "dropout(x, rate, seed)");
+  return mul(x, keep_mask(x.shape(), x.layout().without_partial(), x.dtype(), rate, seed));
+}
+
+DTensor dropout(const DTensor& x, double rate, const DTensor& seed, bool training) {
+  check_dropout(x, rate);
+  if (seed.dtype() != DType::kI64 && seed.dtype() != DType::kI32) {
+    throw_error<DTypeError>("dropout", "seed {} must be i64 or i32", seed.short_string());
+  }
+  if (seed.rank() != 0 || seed.layout().is_partial()) {
+    throw_error<ShapeError>("dropout", "seed {} must be a scalar that is not partial",
+                            seed.short_string());
+  }
+  if (!training || rate == 0.0) return x;
+  const Shape shape = x.shape();
+  const Layout layout = x.layout().without_partial();
+  const DType dtype = x.dtype();
+  auto make = [shape, layout, dtype, rate](const DTensor& s) {
+    return keep_mask(shape, layout, dtype, rate, seed_value(s));
+  };
+  // Traced: the mask is made again on every replay from the seed's value then.
+  const DTensor keep =
+      TraceHook::active() != nullptr
+          ? TraceHook::active()->call("dropout_mask", {&seed},
+                                      [make](const TraceHook::Inputs& in) { return make(*in[0]); })
+          : make(seed);
   return mul(x, keep);
 }
 

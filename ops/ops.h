@@ -192,6 +192,21 @@ DTensor flatten(const DTensor& x);
 // else zeroed; the mask is a function of (seed, global element position) only (runtime/random.h),
 // so it is the same on every mesh and layout. Without `training` (or with rate 0), x itself.
 // rate must be in [0, 1).
+//
+// The seed is a host value or a DTensor (the stateless-RNG way: TF's stateless_dropout seed
+// tensor, a JAX key). A host seed is fixed when a captured step is traced, so inside a captured
+// step (train/capture/function.h) the host-seed form throws UnimplementedError; give the seed as
+// a DTensor instead: an i64 or i32 scalar, not partial, that is an argument of the step or comes
+// from a SeedGenerator (ops/seed_generator.h). Its value is read when the mask is made, so every
+// replay draws a fresh mask from the seed it then has, and dropout(x, rate, seed tensor holding s)
+// gives the bits of dropout(x, rate, s). DTypeError or ShapeError name "dropout" for another seed.
+//
+//   SeedGenerator seeds(mesh, /*seed=*/1337);
+//   Function step = function([&](const std::vector<DTensor>& a) {
+//     DTensor h = dropout(relu(dense(a[0], w1, b1)), 0.5, seeds.next());  // fresh every step
+//     ...
+//   });
 DTensor dropout(const DTensor& x, double rate, uint64_t seed, bool training = true);
+DTensor dropout(const DTensor& x, double rate, const DTensor& seed, bool training = true);
 
 }  // namespace dtensor
