@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "dtensor/creation.h"
+#include "kernels/conv_params.h"
+#include "kernels/kernels.h"
 #include "ops/autograd.h"
-#include "ops/kernels/conv_params.h"
-#include "ops/kernels/kernels.h"
 #include "ops/ops.h"
 #include "tests/layout_enumeration.h"
 

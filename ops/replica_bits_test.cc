@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "dtensor/relayout.h"
-#include "ops/kernels/kernels.h"
+#include "kernels/kernels.h"
 #include "ops/ops.h"
 #include "tests/layout_enumeration.h"
 #include "tests/test_tensors.h"
