@@ -88,6 +88,37 @@ void compare_backends(const GemmCase& c, int threads, int rounds) {
   bench::report("matmul_backend", fields("openblas"), flops / median(t_blas) / 1e9, "GFLOP/s");
 }
 
+// The row-stacked matmul (ops/expand.h, Stacking::rows_of) on the seed MLP's first layer, batch
+// 128 (x [128,784] @ w [784,700], w replicated), in f32 and f64: on batch=8 (eight distinct row
+// blocks, one call) and on a=2,b=2,c=2 with x from flatten(h [128,28,28,1] [c,a,b,unsharded]),
+// whose rows are sharded over c only, each block held by four replicas in distinct buffers.
+void stacked_matmul(int rounds) {
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (const char* mesh_spec : {"batch=8", "a=2,b=2,c=2"}) {
+      const Mesh mesh = Mesh::create(parse_mesh_dims(mesh_spec), DeviceType::kCPU);
+      const bool replicas = mesh.rank() == 3;
+      const DTensor x =
+          replicas
+              ? flatten(random_uniform({128, 28, 28, 1}, Layout({"c", "a", "b", "unsharded"}, mesh),
+                                       1, -1, 1, dtype))
+              : random_uniform({128, 784}, Layout::batch_sharded(mesh, "batch", 2), 1, -1, 1,
+                               dtype);
+      const DTensor w = random_uniform({784, 700}, Layout::replicated(mesh, 2), 2, -1, 1, dtype);
+      std::vector<double> times;
+      for (int r = 0; r < rounds; ++r) {
+        times.push_back(bench::median_seconds([&] { bench::do_not_optimize(matmul(x, w)); }, 51));
+      }
+      std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2),
+                       times.end());
+      bench::report("matmul_stacked",
+                    {{"mesh", std::string(mesh_spec)},
+                     {"dtype", std::string(dtype_name(dtype))},
+                     {"x", x.short_string()}},
+                    times[times.size() / 2] * 1e3, "ms");
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -97,9 +128,16 @@ int main(int argc, char** argv) {
   int64_t rounds = 5;
   bool backends_only = false;
   flags.add_int("--rounds", &rounds, "alternating rounds per shape (oneDNN vs OpenBLAS)", 1, 1000);
+  bool stacked_only = false;
   flags.add_bool("--backends_only", &backends_only,
                  "only the oneDNN vs OpenBLAS comparison, not the runtime figures");
+  flags.add_bool("--stacked_only", &stacked_only,
+                 "only the row-stacked matmul on batch=8 and a=2,b=2,c=2 (ms per call)");
   if (std::optional<int> code = flags.parse(argc, argv)) return *code;
+  if (stacked_only) {
+    stacked_matmul(static_cast<int>(rounds));
+    return 0;
+  }
   using namespace dtensor;
   // One thread: a device's share on the 8-device mesh; all cores: one device.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

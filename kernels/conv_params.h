@@ -5,7 +5,7 @@
 //
 // Layouts are TF's: activations NHWC [n, h, w, c], filters HWIO [kh, kw, c / groups, o].
 // Output positions along a spatial dim: (in + pad_before + pad_after - ((k - 1) * dilation + 1))
-// / stride + 1, which must be >= 1.
+// / stride + 1, which must be >= 1; every step checked for int64 overflow (conv_output_size).
 #pragma once
 
 #include <cstdint>
@@ -40,11 +40,35 @@ struct LrnParams {
   double beta = 0.5;
 };
 
-// The output positions along one spatial dim (may be <= 0 when the window does not fit).
+// Checked geometry: huge paddings, dilations or windows (near 2^62) must not overflow int64.
+// Each returns false, leaving *out unspecified, when the exact result does not fit.
+//
+// The extent of an input dim of `in` elements with `before` and `after` padding.
+inline bool padded_size(int64_t in, int64_t before, int64_t after, int64_t* out) {
+  return !__builtin_add_overflow(in, before, out) && !__builtin_add_overflow(*out, after, out);
+}
+// The span of a window of k taps, `dilation` apart: (k - 1) * dilation + 1.
+inline bool window_span(int64_t k, int64_t dilation, int64_t* out) {
+  return !__builtin_sub_overflow(k, 1, out) && !__builtin_mul_overflow(*out, dilation, out) &&
+         !__builtin_add_overflow(*out, 1, out);
+}
+
+// What conv_output_size returns when the padded extent or the window's span overflows int64.
+inline constexpr int64_t kOutputSizeOverflow = -1;
+
+// The output positions along one spatial dim: 0 when the window does not fit (also for a
+// stride < 1), kOutputSizeOverflow when padded_size or window_span does not fit in int64.
 inline int64_t conv_output_size(int64_t in, int64_t pad_before, int64_t pad_after, int64_t k,
                                 int64_t dilation, int64_t stride) {
-  const int64_t span = in + pad_before + pad_after - ((k - 1) * dilation + 1);
-  return span < 0 ? 0 : span / stride + 1;
+  int64_t padded = 0, span = 0;
+  if (!padded_size(in, pad_before, pad_after, &padded) || !window_span(k, dilation, &span)) {
+    return kOutputSizeOverflow;
+  }
+  // Both operands of the subtraction are in int64's range, so only a negative padded size with a
+  // huge span could overflow it: that window does not fit either.
+  int64_t room = 0;
+  if (__builtin_sub_overflow(padded, span, &room) || room < 0 || stride < 1) return 0;
+  return room / stride + 1;
 }
 
 }  // namespace dtensor::kernels

@@ -134,6 +134,11 @@ Layout Layout::from_string(std::string_view text) {
 }
 
 int64_t Layout::tensor_dim_of(int64_t mesh_dim) const {
+  if (mesh_dim < 0 || mesh_dim >= mesh_.rank()) {
+    throw_error<LayoutError>("Layout::tensor_dim_of",
+                             "mesh dim index {} is out of range for layout {} on mesh {} (rank {})",
+                             mesh_dim, short_string(), mesh_.dims_string(), mesh_.rank());
+  }
   for (size_t i = 0; i < mesh_dim_of_.size(); ++i) {
     if (mesh_dim_of_[i] == mesh_dim) return static_cast<int64_t>(i);
   }
@@ -153,7 +158,8 @@ void Layout::check_device(int64_t device_id, const char* function) const {
 }
 
 int64_t Layout::num_shards(int64_t dim) const {
-  int64_t m = mesh_dim_of(dim);
+  check_dim(dim, "Layout::num_shards");
+  const int64_t m = mesh_dim_of_[static_cast<size_t>(dim)];
   return m < 0 ? 1 : mesh_.dims()[m].size;
 }
 
@@ -213,13 +219,14 @@ std::vector<int64_t> Layout::shard_offset(const Shape& global_shape, int64_t dev
 
 Layout Layout::delete_dims(std::vector<int64_t> dims) const {
   std::vector<bool> drop(specs_.size(), false);
-  for (int64_t d : dims) {
-    if (d < 0) d += rank();
+  for (const int64_t given : dims) {
+    const int64_t d = given < 0 ? given + rank() : given;
     if (d < 0 || d >= rank()) {
-      throw_error<LayoutError>("Layout::delete_dims", "dim {} out of range for layout {}", d,
-                               short_string());
+      throw_error<LayoutError>("Layout::delete_dims",
+                               "tensor dim {} is out of range for layout {} (rank {})", given,
+                               short_string(), rank());
     }
-    drop[d] = true;
+    drop[static_cast<size_t>(d)] = true;
   }
   std::vector<std::string> specs;
   for (size_t i = 0; i < specs_.size(); ++i) {

@@ -68,7 +68,8 @@ class Layout {
     check_dim(dim, "Layout::is_sharded");
     return mesh_dim_of_[static_cast<size_t>(dim)] >= 0;
   }
-  // The tensor dim sharded along mesh dim index `mesh_dim`, or -1.
+  // The tensor dim sharded along mesh dim index `mesh_dim`, or -1; throws LayoutError for an
+  // index outside 0..mesh().rank()-1.
   int64_t tensor_dim_of(int64_t mesh_dim) const;
   // Number of shards of tensor dim `dim` (1 if unsharded).
   int64_t num_shards(int64_t dim) const;
@@ -93,7 +94,7 @@ class Layout {
   // ShapeError if it has a negative dim or too many elements (runtime/shape.h).
   void check_shape(const Shape& global_shape, const char* function) const;
 
-  // Derived layouts.
+  // Derived layouts. delete_dims takes dims in -rank()..rank()-1 (negative: from the end).
   Layout delete_dims(std::vector<int64_t> dims) const;  // TF's Layout.delete
   Layout with_spec(int64_t dim, std::string spec) const;
   Layout with_partial(std::vector<PartialDim> partial) const;

@@ -150,8 +150,10 @@ TEST_CASE("layout validation: every rule has its error") {
                        Message("[Layout::inner_sharded] rank 0 has no inner dim"));
   CHECK_THROWS_MATCHES(Layout::replicated(mesh, -1), LayoutError,
                        Message("[Layout::replicated] negative rank -1"));
-  CHECK_THROWS_MATCHES(Layout({"x", "y"}, mesh).delete_dims({2}), LayoutError,
-                       Message("[Layout::delete_dims] dim 2 out of range for layout [x,y]"));
+  CHECK_THROWS_MATCHES(
+      Layout({"x", "y"}, mesh).delete_dims({2}), LayoutError,
+      Message("[Layout::delete_dims] tensor dim 2 is out of range for layout [x,y] "
+              "(rank 2)"));
   CHECK_THROWS_MATCHES(
       Layout({"x", "y"}, mesh).shard_shape({4}, 0), LayoutError,
       Message("[Layout::shard_shape] shape [4] has rank 1 but layout [x,y] has rank 2"));
@@ -199,7 +201,7 @@ TEST_CASE("regression: layout queries check their arguments") {
                        Message("[Layout::is_sharded] tensor dim -3 is out of range for layout "
                                "[x,unsharded] (rank 2)"));
   CHECK_THROWS_MATCHES(layout.num_shards(2), LayoutError,
-                       Message("[Layout::mesh_dim_of] tensor dim 2 is out of range for layout "
+                       Message("[Layout::num_shards] tensor dim 2 is out of range for layout "
                                "[x,unsharded] (rank 2)"));
   CHECK_THROWS_MATCHES(layout.shard_range({4, 4}, 2, 0), LayoutError,
                        Message("[Layout::shard_range] tensor dim 2 is out of range for layout "
@@ -217,6 +219,33 @@ TEST_CASE("regression: layout queries check their arguments") {
                        Message("[Layout::shard_shape] negative dim in shape [-4,4]"));
   CHECK(layout.shard_shape({5, 3}, 4) == Shape{2, 3});
   CHECK(layout.shard_range({5, 3}, 0, 7).offset == 3);
+}
+
+TEST_CASE("regression: tensor_dim_of and delete_dims reject out-of-range dims (issue 25)") {
+  using Catch::Message;
+  Mesh mesh = Mesh::create({{"x", 2}, {"y", 4}}, DeviceType::kCPU);
+  Layout layout({"unsharded", "y"}, mesh);
+  // tensor_dim_of used to return -1 for any index, as if the mesh dim existed and were unused.
+  CHECK_THROWS_MATCHES(layout.tensor_dim_of(2), LayoutError,
+                       Message("[Layout::tensor_dim_of] mesh dim index 2 is out of range for "
+                               "layout [unsharded,y] on mesh x=2,y=4 (rank 2)"));
+  CHECK_THROWS_MATCHES(layout.tensor_dim_of(-1), LayoutError,
+                       Message("[Layout::tensor_dim_of] mesh dim index -1 is out of range for "
+                               "layout [unsharded,y] on mesh x=2,y=4 (rank 2)"));
+  CHECK(layout.tensor_dim_of(0) == -1);
+  CHECK(layout.tensor_dim_of(1) == 1);
+  // delete_dims named the dim after adding the rank (-5 was reported as -3).
+  CHECK_THROWS_MATCHES(layout.delete_dims({-5}), LayoutError,
+                       Message("[Layout::delete_dims] tensor dim -5 is out of range for layout "
+                               "[unsharded,y] (rank 2)"));
+  CHECK_THROWS_MATCHES(layout.delete_dims({2}), LayoutError,
+                       Message("[Layout::delete_dims] tensor dim 2 is out of range for layout "
+                               "[unsharded,y] (rank 2)"));
+  CHECK(layout.delete_dims({-1}) == Layout({"unsharded"}, mesh));
+  CHECK_THROWS_MATCHES(layout.num_shards(-1), LayoutError,
+                       Message("[Layout::num_shards] tensor dim -1 is out of range for layout "
+                               "[unsharded,y] (rank 2)"));
+  CHECK(layout.num_shards_per_dim() == std::vector<int64_t>{1, 4});
 }
 
 TEST_CASE("regression: malformed layout strings are a LayoutError or MeshError") {

@@ -29,15 +29,29 @@ constexpr int kN = 0, kH = 1, kW = 2, kC = 3, kO = 4, kG = 5;
 
 // ---- Geometry ---------------------------------------------------------------------------------
 
-// (before, after) padding of one spatial dim under `padding` (TF's SAME: the odd one after).
+std::string padding_string(const Padding2d& p) {
+  switch (p.kind) {
+    case Padding2d::kValid:
+      return "VALID";
+    case Padding2d::kSame:
+      return "SAME";
+    case Padding2d::kExplicit:
+      break;
+  }
+  return fmt::format("{},{},{},{}", p.top, p.bottom, p.left, p.right);
+}
+
+// (before, after) padding of one spatial dim under `padding` (TF's SAME: the odd one after), for
+// a window spanning `span` >= 1 input positions (kernels::window_span). No step overflows: SAME's
+// (out - 1) * stride is below `in`.
 std::pair<int64_t, int64_t> resolve_padding(const Padding2d& padding, bool along_h, int64_t in,
-                                            int64_t k, int64_t dilation, int64_t stride) {
+                                            int64_t span, int64_t stride) {
   switch (padding.kind) {
     case Padding2d::kValid:
       break;
     case Padding2d::kSame: {
-      const int64_t out = (in + stride - 1) / stride;
-      const int64_t total = std::max<int64_t>((out - 1) * stride + (k - 1) * dilation + 1 - in, 0);
+      const int64_t out = in / stride + (in % stride != 0 ? 1 : 0);
+      const int64_t total = std::max<int64_t>((out - 1) * stride + span - in, 0);
       return {total / 2, total - total / 2};
     }
     case Padding2d::kExplicit:
@@ -53,10 +67,10 @@ struct ConvShapes {
 };
 
 // Checks x (of `x_shape`, named `x_name`) and w against `options` and returns the kernel
-// parameters and y's shape. Errors name `op`.
+// parameters and y's shape. Errors name `op`, and dy too where the op takes one (`dy_name`).
 ConvShapes conv_shapes(const char* op, const Shape& x_shape, const std::string& x_name,
                        const Shape& w_shape, const std::string& w_name,
-                       const Conv2dOptions& options) {
+                       const Conv2dOptions& options, const std::string& dy_name = "") {
   if (x_shape.size() != 4 || w_shape.size() != 4) {
     throw_error<ShapeError>(op, "x {} must be [n,h,w,c] and the filter {} [kh,kw,c/groups,o]",
                             x_name, w_name);
@@ -81,26 +95,53 @@ ConvShapes conv_shapes(const char* op, const Shape& x_shape, const std::string& 
         "of the filter {}",
         groups, x_name, w_name);
   }
-  if (w_shape[2] * groups != c) {
+  // A filter with a zero dim has no taps or no channels: nothing to convolve, and a zero output
+  // channel count per group (o / groups) would divide the sharded expansions by zero (issue 25).
+  if (w_shape[0] < 1 || w_shape[1] < 1 || w_shape[2] < 1 || o < 1) {
+    throw_error<ShapeError>(
+        op,
+        "the filter {} must have at least one tap and one channel in and out per group "
+        "(kh, kw, c/groups and o >= 1); x {} has {} channels in {} groups{}",
+        w_name, x_name, c, groups, dy_name.empty() ? "" : ", dy " + dy_name);
+  }
+  int64_t filter_channels = 0;
+  const bool channels_overflow = __builtin_mul_overflow(w_shape[2], groups, &filter_channels);
+  if (channels_overflow || filter_channels != c) {
     throw_error<ShapeError>(
         op, "x {} has {} channels but the filter {} expects {} per group x {} groups = {}", x_name,
-        c, w_name, w_shape[2], groups, w_shape[2] * groups);
+        c, w_name, w_shape[2], groups,
+        channels_overflow ? std::string("more than int64 holds") : std::to_string(filter_channels));
+  }
+  int64_t span_h = 0, span_w = 0, padded_h = 0, padded_w = 0;
+  auto overflow = [&] {
+    throw_error<InvalidArgumentError>(
+        op,
+        "x {} with padding {} or the {}x{} filter {} with dilations {}x{} is larger than int64 "
+        "holds",
+        x_name, padding_string(p), w_shape[0], w_shape[1], w_name, d[0], d[1]);
+  };
+  if (!kernels::window_span(w_shape[0], d[0], &span_h) ||
+      !kernels::window_span(w_shape[1], d[1], &span_w)) {
+    overflow();
   }
   ConvShapes r;
   kernels::Conv2dParams& k = r.params;
   k.stride_h = s[0], k.stride_w = s[1], k.dilation_h = d[0], k.dilation_w = d[1];
   k.groups = groups;
-  std::tie(k.pad_top, k.pad_bottom) = resolve_padding(p, true, x_shape[1], w_shape[0], d[0], s[0]);
-  std::tie(k.pad_left, k.pad_right) = resolve_padding(p, false, x_shape[2], w_shape[1], d[1], s[1]);
+  std::tie(k.pad_top, k.pad_bottom) = resolve_padding(p, true, x_shape[1], span_h, s[0]);
+  std::tie(k.pad_left, k.pad_right) = resolve_padding(p, false, x_shape[2], span_w, s[1]);
+  if (!kernels::padded_size(x_shape[1], k.pad_top, k.pad_bottom, &padded_h) ||
+      !kernels::padded_size(x_shape[2], k.pad_left, k.pad_right, &padded_w)) {
+    overflow();
+  }
   const int64_t oh =
       kernels::conv_output_size(x_shape[1], k.pad_top, k.pad_bottom, w_shape[0], d[0], s[0]);
   const int64_t ow =
       kernels::conv_output_size(x_shape[2], k.pad_left, k.pad_right, w_shape[1], d[1], s[1]);
-  if (oh < 1 || ow < 1 || w_shape[0] < 1 || w_shape[1] < 1) {
-    throw_error<ShapeError>(
-        op, "the {}x{} filter (dilations {}x{}) does not fit x {} padded to {}x{}", w_shape[0],
-        w_shape[1], d[0], d[1], x_name, x_shape[1] + k.pad_top + k.pad_bottom,
-        x_shape[2] + k.pad_left + k.pad_right);
+  if (oh < 1 || ow < 1) {
+    throw_error<ShapeError>(op,
+                            "the {}x{} filter (dilations {}x{}) does not fit x {} padded to {}x{}",
+                            w_shape[0], w_shape[1], d[0], d[1], x_name, padded_h, padded_w);
   }
   r.out = {x_shape[0], oh, ow, o};
   return r;
@@ -341,7 +382,7 @@ DTensor conv2d_backprop_input_forward(const Shape& input_shape, const DTensor& w
   check_same_dtype("conv2d_backprop_input", w, dy);
   const ConvShapes shapes =
       conv_shapes("conv2d_backprop_input", input_shape, shape_to_string(input_shape), w.shape(),
-                  w.short_string(), options);
+                  w.short_string(), options, dy.short_string());
   check_dy("conv2d_backprop_input", dy, shapes.out);
   switch (plan_conv2d_backprop_input_spatial(dy, shapes.params)) {
     case SpatialPlan::kGather:
@@ -376,8 +417,9 @@ DTensor conv2d_backprop_filter_forward(const DTensor& x, const Shape& filter_sha
   check_same_mesh("conv2d_backprop_filter", {&x, &dy});
   check_float("conv2d_backprop_filter", x);
   check_same_dtype("conv2d_backprop_filter", x, dy);
-  const ConvShapes shapes = conv_shapes("conv2d_backprop_filter", x.shape(), x.short_string(),
-                                        filter_shape, shape_to_string(filter_shape), options);
+  const ConvShapes shapes =
+      conv_shapes("conv2d_backprop_filter", x.shape(), x.short_string(), filter_shape,
+                  shape_to_string(filter_shape), options, dy.short_string());
   check_dy("conv2d_backprop_filter", dy, shapes.out);
   switch (plan_conv2d_backprop_filter_spatial(x, dy, shapes.params)) {
     case SpatialPlan::kGather:

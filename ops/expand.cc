@@ -73,6 +73,14 @@ void run_calls(int64_t n, double work, const Call& call) {
 
 // Stacking::rows_of: the computations' rows of input `s` stacked into one call of `kernel`, the
 // result split back by rows; false (nothing done) when the shapes do not allow it.
+//
+// Computations whose rows of `s` are the same logical shard (their devices differ only along mesh
+// dims that s's layout neither shards nor marks partial: replicas, in distinct buffers after a
+// relayout) are stacked once and share the result. A BLAS gives a row bits that depend on where
+// the row sits in the call (OpenBLAS splits the rows unevenly over its threads, finishes each
+// split with edge micro-kernels, and takes a small-matrix path below a size), so replicas stacked
+// at different rows would differ in their last bits (issue 25); computed once, they are
+// identical, and the call is no taller than the distinct rows.
 bool run_row_stacked(const std::vector<const DTensor*>& inputs, size_t s,
                      const std::vector<size_t>& first_device, const LocalKernel& kernel,
                      std::vector<Tensor>& results) {
@@ -85,27 +93,61 @@ bool run_row_stacked(const std::vector<const DTensor*>& inputs, size_t s,
     }
   }
   if (stacked_input.rank() != 2) return false;
-  std::optional<Tensor> stacked = concat_shards(stacked_input, first_device, 0);
-  if (!stacked) return false;
-  std::vector<const Tensor*> shards(inputs.size());
-  for (size_t k = 0; k < inputs.size(); ++k) {
-    shards[k] = k == s ? &*stacked : &inputs[k]->shard(first_device[0]);
-  }
-  Tensor all = kernel(Shards(shards.data()));
-  if (all.rank() != 2 || all.dim(0) != stacked->dim(0)) {
-    throw_error<InternalError>("run_local", "a row-stacked kernel returned {} for {} rows",
-                               all.to_string(), stacked->dim(0));
-  }
-  const size_t row_bytes = dtype_size(all.dtype()) * static_cast<size_t>(all.dim(1));
-  const char* from = static_cast<const char*>(all.raw_data());
+  // The logical shard of each computation's rows: its coordinates along the mesh dims that tell
+  // s's shards apart. block_of[c]: the first computation with the same shard.
+  const Layout& layout = stacked_input.layout();
+  const Mesh& mesh = layout.mesh();
+  const MeshDimMask distinct = layout.sharded_mask() | layout.partial_mask();
+  const std::vector<int64_t>& ids = mesh.local_device_ids();
+  std::vector<size_t> block_of(first_device.size());
+  std::vector<size_t> blocks;  // the first computation of each logical shard, in order
   for (size_t c = 0; c < first_device.size(); ++c) {
-    const int64_t n = stacked_input.shard(first_device[c]).dim(0);
-    Tensor part =
-        Tensor::empty({n, all.dim(1)}, all.dtype(), stacked_input.shard(first_device[c]).device());
-    std::memcpy(part.raw_data(), from, static_cast<size_t>(n) * row_bytes);
-    from += static_cast<size_t>(n) * row_bytes;
-    results[c] = std::move(part);
+    const int64_t id = ids[first_device[c]];
+    block_of[c] = c;
+    for (size_t b : blocks) {
+      const int64_t other = ids[first_device[b]];
+      bool same = true;
+      for (int64_t d = 0; d < mesh.rank() && same; ++d) {
+        same = ((distinct >> d) & 1) == 0 || mesh.coord(id, d) == mesh.coord(other, d);
+      }
+      if (same) {
+        block_of[c] = b;
+        break;
+      }
+    }
+    if (block_of[c] == c) blocks.push_back(c);
   }
+  if (blocks.size() == 1) {
+    // One logical shard: a plain call on it (nothing to stack).
+    std::vector<const Tensor*> shards(inputs.size());
+    for (size_t k = 0; k < inputs.size(); ++k) shards[k] = &inputs[k]->shard(first_device[0]);
+    results[0] = kernel(Shards(shards.data()));
+  } else {
+    std::vector<size_t> block_devices;
+    for (size_t b : blocks) block_devices.push_back(first_device[b]);
+    std::optional<Tensor> stacked = concat_shards(stacked_input, block_devices, 0);
+    if (!stacked) return false;
+    std::vector<const Tensor*> shards(inputs.size());
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      shards[k] = k == s ? &*stacked : &inputs[k]->shard(first_device[0]);
+    }
+    Tensor all = kernel(Shards(shards.data()));
+    if (all.rank() != 2 || all.dim(0) != stacked->dim(0)) {
+      throw_error<InternalError>("run_local", "a row-stacked kernel returned {} for {} rows",
+                                 all.to_string(), stacked->dim(0));
+    }
+    const size_t row_bytes = dtype_size(all.dtype()) * static_cast<size_t>(all.dim(1));
+    const char* from = static_cast<const char*>(all.raw_data());
+    for (size_t b : blocks) {
+      const Tensor& rows = stacked_input.shard(first_device[b]);
+      const int64_t n = rows.dim(0);
+      Tensor part = Tensor::empty({n, all.dim(1)}, all.dtype(), rows.device());
+      if (n > 0) std::memcpy(part.raw_data(), from, static_cast<size_t>(n) * row_bytes);
+      from += static_cast<size_t>(n) * row_bytes;
+      results[b] = std::move(part);
+    }
+  }
+  for (size_t c = 0; c < first_device.size(); ++c) results[c] = results[block_of[c]];
   return true;
 }
 

@@ -32,7 +32,10 @@ struct Stacking {
   // row r (matmul's left operand: the contraction is per row). When the other inputs are the
   // same buffers on every device (a replicated weight), the devices' rows are stacked into one
   // kernel call and the result split back by rows: one call on all threads instead of one per
-  // device, and the shared operand prepared (BLAS packing) once.
+  // device, and the shared operand prepared (BLAS packing) once. Devices whose rows are the same
+  // logical shard (replicas, even in distinct buffers) are stacked once and share the result:
+  // a BLAS gives a row bits that depend on its position in the call, and replicas must hold
+  // identical bits.
   int rows_of = -1;
   // Non-empty: input k's axis contraction_axes[k] is one the kernel sums over (matmul's K: aᵀb
   // sums over dim 0 of both, ab over dim 1 of a and dim 0 of b), so its value on inputs

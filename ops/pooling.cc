@@ -27,15 +27,16 @@ struct PoolShapes {
   Shape out;  // [n, oh, ow, c]
 };
 
-// (before, after) padding of one spatial dim (TF's SAME: the odd one after).
+// (before, after) padding of one spatial dim (TF's SAME: the odd one after). No step overflows:
+// SAME's (out - 1) * stride is below `in`, and the window is at most int64's maximum.
 std::pair<int64_t, int64_t> resolve_padding(const Padding2d& padding, bool along_h, int64_t in,
                                             int64_t k, int64_t stride) {
   switch (padding.kind) {
     case Padding2d::kValid:
       break;
     case Padding2d::kSame: {
-      const int64_t out = (in + stride - 1) / stride;
-      const int64_t total = std::max<int64_t>((out - 1) * stride + k - in, 0);
+      const int64_t out = in / stride + (in % stride != 0 ? 1 : 0);
+      const int64_t total = std::max<int64_t>((out - 1) * stride - in + k, 0);
       return {total / 2, total - total / 2};
     }
     case Padding2d::kExplicit:
@@ -70,12 +71,18 @@ PoolShapes pool_shapes(const char* op, const Shape& x_shape, const std::string& 
   q.window_h = k[0], q.window_w = k[1], q.stride_h = s[0], q.stride_w = s[1];
   std::tie(q.pad_top, q.pad_bottom) = resolve_padding(p, true, x_shape[1], k[0], s[0]);
   std::tie(q.pad_left, q.pad_right) = resolve_padding(p, false, x_shape[2], k[1], s[1]);
+  int64_t padded_h = 0, padded_w = 0;
+  if (!kernels::padded_size(x_shape[1], q.pad_top, q.pad_bottom, &padded_h) ||
+      !kernels::padded_size(x_shape[2], q.pad_left, q.pad_right, &padded_w)) {
+    throw_error<InvalidArgumentError>(
+        op, "x {} padded by {},{},{},{} for the {}x{} window is larger than int64 holds", x_name,
+        q.pad_top, q.pad_bottom, q.pad_left, q.pad_right, k[0], k[1]);
+  }
   const int64_t oh = kernels::conv_output_size(x_shape[1], q.pad_top, q.pad_bottom, k[0], 1, s[0]);
   const int64_t ow = kernels::conv_output_size(x_shape[2], q.pad_left, q.pad_right, k[1], 1, s[1]);
   if (oh < 1 || ow < 1) {
     throw_error<ShapeError>(op, "the {}x{} window does not fit x {} padded to {}x{}", k[0], k[1],
-                            x_name, x_shape[1] + q.pad_top + q.pad_bottom,
-                            x_shape[2] + q.pad_left + q.pad_right);
+                            x_name, padded_h, padded_w);
   }
   r.out = {x_shape[0], oh, ow, x_shape[3]};
   return r;
@@ -88,7 +95,8 @@ void check_float(const char* op, const DTensor& x) {
 }
 
 double window_work(const Shape& out, const kernels::Pool2dParams& p) {
-  return static_cast<double>(num_elements(out)) * static_cast<double>(p.window_h * p.window_w);
+  return static_cast<double>(num_elements(out)) * static_cast<double>(p.window_h) *
+         static_cast<double>(p.window_w);
 }
 
 // ---- Spatial sharding: the one decision per op that halo exchange replaces ---------------------

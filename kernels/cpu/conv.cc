@@ -44,6 +44,13 @@ ConvGeometry geometry(const char* op, const Shape& x, const Shape& w, const Conv
   }
   g.oh = conv_output_size(g.h, p.pad_top, p.pad_bottom, g.kh, p.dilation_h, p.stride_h);
   g.ow = conv_output_size(g.w, p.pad_left, p.pad_right, g.kw, p.dilation_w, p.stride_w);
+  if (g.oh == kOutputSizeOverflow || g.ow == kOutputSizeOverflow) {
+    throw_error<InvalidArgumentError>(
+        op,
+        "x {} padded by {},{},{},{} or the {}x{} window dilated {}x{} is larger than int64 holds",
+        shape_string(x), p.pad_top, p.pad_bottom, p.pad_left, p.pad_right, g.kh, g.kw, p.dilation_h,
+        p.dilation_w);
+  }
   if (g.oh < 1 || g.ow < 1 || g.kh < 1 || g.kw < 1) {
     throw_error<ShapeError>(
         op, "the {}x{} window (dilation {}x{}) does not fit x {} padded by {},{},{},{}", g.kh, g.kw,

@@ -198,13 +198,22 @@ memory activation(const ConvGeometry& g, bool output, const Tensor& t) {
   return memory(md, cpu_engine(), const_cast<float*>(t.data<float>()));
 }
 
-bool takes(const ConvGeometry& g) { return g.cpg > 0 && g.o > 0 && g.n > 0; }
+// oneDNN's jit kernels keep the geometry in 32-bit ints: paddings, strides and dilations near
+// 2^62 (valid here, conv_params.h) would overflow inside them, so those run on the direct loops.
+bool takes(const ConvGeometry& g, const Conv2dParams& p) {
+  constexpr int64_t kLimit = int64_t{1} << 24;
+  for (int64_t v : {g.h, g.w, g.oh, g.ow, g.kh, g.kw, p.stride_h, p.stride_w, p.dilation_h,
+                    p.dilation_w, p.pad_top, p.pad_bottom, p.pad_left, p.pad_right}) {
+    if (v >= kLimit) return false;
+  }
+  return g.cpg > 0 && g.o > 0 && g.n > 0;
+}
 
 }  // namespace
 
 bool onednn_conv2d(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeometry& g,
                    const Conv2dParams& p) {
-  if (!takes(g)) return false;
+  if (!takes(g, p)) return false;
   std::shared_ptr<Entry> entry = lookup(Direction::kForward, g, p);
   if (!entry) return false;
   execute(*entry, DNNL_ARG_WEIGHTS, const_cast<float*>(w.data<float>()),
@@ -215,7 +224,7 @@ bool onednn_conv2d(const Tensor& x, const Tensor& w, Tensor& y, const ConvGeomet
 
 bool onednn_conv2d_backprop_input(const Tensor& w, const Tensor& dy, Tensor& dx,
                                   const ConvGeometry& g, const Conv2dParams& p) {
-  if (!takes(g)) return false;
+  if (!takes(g, p)) return false;
   std::shared_ptr<Entry> entry = lookup(Direction::kBackwardData, g, p);
   if (!entry) return false;
   execute(
@@ -227,7 +236,7 @@ bool onednn_conv2d_backprop_input(const Tensor& w, const Tensor& dy, Tensor& dx,
 
 bool onednn_conv2d_backprop_filter(const Tensor& x, const Tensor& dy, Tensor& dw,
                                    const ConvGeometry& g, const Conv2dParams& p) {
-  if (!takes(g)) return false;
+  if (!takes(g, p)) return false;
   std::shared_ptr<Entry> entry = lookup(Direction::kBackwardWeights, g, p);
   if (!entry) return false;
   execute(*entry, DNNL_ARG_DIFF_WEIGHTS, dw.data<float>(),

@@ -31,6 +31,11 @@ PoolGeometry geometry(const char* op, const Shape& x, const Pool2dParams& p) {
   PoolGeometry g{x[0], x[1], x[2], x[3], 0, 0};
   g.oh = conv_output_size(g.h, p.pad_top, p.pad_bottom, p.window_h, 1, p.stride_h);
   g.ow = conv_output_size(g.w, p.pad_left, p.pad_right, p.window_w, 1, p.stride_w);
+  if (g.oh == kOutputSizeOverflow || g.ow == kOutputSizeOverflow) {
+    throw_error<InvalidArgumentError>(op, "x [{}] padded by {},{},{},{} is larger than int64 holds",
+                                      fmt::join(x, ","), p.pad_top, p.pad_bottom, p.pad_left,
+                                      p.pad_right);
+  }
   if (g.oh < 1 || g.ow < 1) {
     throw_error<ShapeError>(op, "the {}x{} window does not fit x [{}] padded by {},{},{},{}",
                             p.window_h, p.window_w, fmt::join(x, ","), p.pad_top, p.pad_bottom,
