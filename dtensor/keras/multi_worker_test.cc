@@ -78,8 +78,7 @@ TEST_CASE("MultiWorkerMirroredStrategy: one input pipeline per worker") {
     for (int64_t i = 0; i < rows_per_pipeline; ++i) {
       mine.data<float>()[i] += static_cast<float>(ctx.input_pipeline_id() * rows_per_pipeline);
     }
-    data::Dataset ds(mine, labels_of(rows_per_pipeline), InputContext::pipeline_mesh(),
-                     "pipeline");
+    data::Dataset ds(mine, labels_of(rows_per_pipeline), InputContext::pipeline_mesh(), "pipeline");
     ds.batch(ctx.get_per_replica_batch_size(2 * n));
     return ds;
   });
@@ -89,7 +88,8 @@ TEST_CASE("MultiWorkerMirroredStrategy: one input pipeline per worker") {
   // Replica r (worker r / L, its (r % L)-th local replica) holds that worker's (r % L)-th batch.
   Tensor global = to_global(b->features);
   for (int64_t r = 0; r < n; ++r) {
-    const float first = static_cast<float>((r / kPerWorker) * rows_per_pipeline + 2 * (r % kPerWorker));
+    const float first =
+        static_cast<float>((r / kPerWorker) * rows_per_pipeline + 2 * (r % kPerWorker));
     CHECK(global.data<float>()[2 * r] == first);
     CHECK(global.data<float>()[2 * r + 1] == first + 1);
   }
@@ -133,7 +133,8 @@ TEST_CASE("MultiWorkerMirroredStrategy trains as one process does, to 1e-6") {
     double moved = 0;
     for (size_t v = 0; v < b.size(); ++v) {
       for (int64_t i = 0; i < b[v].num_elements(); ++i) {
-        moved = std::max<double>(moved, std::abs(b[v].data<float>()[i] - initial[v].data<float>()[i]));
+        moved =
+            std::max<double>(moved, std::abs(b[v].data<float>()[i] - initial[v].data<float>()[i]));
       }
     }
     CHECK(moved > 1e-3);

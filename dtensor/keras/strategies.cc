@@ -48,11 +48,11 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy()
     : MultiWorkerMirroredStrategy(num_virtual_cpus()) {}
 
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(int64_t replicas_per_worker)
-    : MirroredStrategy("MultiWorkerMirroredStrategy",
-                       replica_mesh("MultiWorkerMirroredStrategy",
-                                    replicas_per_worker < 1
-                                        ? replicas_per_worker
-                                        : replicas_per_worker * this_process().count)),
+    : MirroredStrategy(
+          "MultiWorkerMirroredStrategy",
+          replica_mesh("MultiWorkerMirroredStrategy",
+                       replicas_per_worker < 1 ? replicas_per_worker
+                                               : replicas_per_worker * this_process().count)),
       num_workers_(this_process().count),
       worker_index_(this_process().index) {}
 
@@ -75,14 +75,13 @@ InputContext::InputContext(int64_t num_input_pipelines, int64_t input_pipeline_i
       num_replicas_in_sync_(num_replicas_in_sync) {
   if (num_input_pipelines < 1 || input_pipeline_id < 0 ||
       input_pipeline_id >= num_input_pipelines) {
-    throw_error<InvalidArgumentError>(
-        "InputContext", "input pipeline {} of {}: need 0 <= id < num_input_pipelines",
-        input_pipeline_id, num_input_pipelines);
+    throw_error<InvalidArgumentError>("InputContext",
+                                      "input pipeline {} of {}: need 0 <= id < num_input_pipelines",
+                                      input_pipeline_id, num_input_pipelines);
   }
   if (num_replicas_in_sync < 1) {
-    throw_error<InvalidArgumentError>("InputContext",
-                                      "num_replicas_in_sync must be at least 1, got {}",
-                                      num_replicas_in_sync);
+    throw_error<InvalidArgumentError>(
+        "InputContext", "num_replicas_in_sync must be at least 1, got {}", num_replicas_in_sync);
   }
 }
 
@@ -96,9 +95,7 @@ int64_t InputContext::get_per_replica_batch_size(int64_t global_batch_size) cons
   return global_batch_size / num_replicas_in_sync_;
 }
 
-Mesh InputContext::pipeline_mesh() {
-  return Mesh::create({{"pipeline", 1}}, DeviceType::kCPU);
-}
+Mesh InputContext::pipeline_mesh() { return Mesh::create({{"pipeline", 1}}, DeviceType::kCPU); }
 
 DistributedDataset Strategy::distribute_datasets_from_function(const DatasetFn& fn) const {
   // One pipeline per process: a process feeds its own replicas (mesh processes own contiguous

@@ -13,9 +13,9 @@ namespace {
 
 // The calling thread's distribution context (see the header comment).
 struct ThreadContext {
-  const Strategy* scope = nullptr;            // innermost scope() entered
-  const ReplicaContext* replica = nullptr;    // run() in progress
-  const Strategy* merge = nullptr;            // merge_call() in progress: its strategy
+  const Strategy* scope = nullptr;          // innermost scope() entered
+  const ReplicaContext* replica = nullptr;  // run() in progress
+  const Strategy* merge = nullptr;          // merge_call() in progress: its strategy
 };
 thread_local ThreadContext context;
 
@@ -49,8 +49,7 @@ Strategy::Strategy(std::string name, Mesh mesh, std::string replica_dim)
 }
 
 Strategy::Strategy(DefaultTag)
-    : Strategy("DefaultStrategy", Mesh::create({{kReplicaDim, 1}}, DeviceType::kCPU),
-               kReplicaDim) {
+    : Strategy("DefaultStrategy", Mesh::create({{kReplicaDim, 1}}, DeviceType::kCPU), kReplicaDim) {
   is_default_ = true;
 }
 
@@ -154,8 +153,8 @@ DTensor Strategy::reduce(Reduction op, const DTensor& value, int64_t axis) const
   // count is the global size, however unevenly the replicas split it. Along any other dim each
   // replica sums its own value, then the replicas' sums add up.
   const int64_t replica_axis = value.layout().tensor_dim_of(mesh_.dim_index(replica_dim_));
-  const int64_t count = replica_axis == a ? value.shape()[a]
-                                          : value.shape()[a] * num_replicas_in_sync();
+  const int64_t count =
+      replica_axis == a ? value.shape()[a] : value.shape()[a] * num_replicas_in_sync();
   DTensor sum = reduce(Reduction::kSum, reduce_sum(value, {a}));
   if (op == Reduction::kSum) return sum;
   return count == 0 ? scale(sum, std::nan("")) : scale(sum, 1.0 / static_cast<double>(count));
@@ -242,9 +241,9 @@ Strategy::RunGuard::RunGuard(const ReplicaContext& replica)
   const Strategy& current = get_strategy();
   const Strategy& strategy = replica.strategy();
   if (!current.same_as(strategy) && !current.is_default()) {
-    throw_error<InvalidArgumentError>(
-        strategy.name() + "::run", "cannot run {} inside the scope of {}: strategies do not mix",
-        describe(strategy), describe(current));
+    throw_error<InvalidArgumentError>(strategy.name() + "::run",
+                                      "cannot run {} inside the scope of {}: strategies do not mix",
+                                      describe(strategy), describe(current));
   }
   context.replica = &replica;
   context.merge = nullptr;

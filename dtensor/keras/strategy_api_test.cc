@@ -208,9 +208,9 @@ TEST_CASE("run gives per-replica values; experimental_local_results lists them")
   // Like tf's strategy.run(fn, args=(batch,)): each replica sees its slice of the global batch.
   auto step = [&](ReplicaContext& ctx, const data::Batch& b) {
     DTensor doubled_ids = scale(cast(ctx.replica_id_in_sync_group(), DType::kF32), 2.0);
-    DTensor row_sums = reduce_sum(b.features, {1});           // sharded: one per example
+    DTensor row_sums = reduce_sum(b.features, {1});                    // sharded: one per example
     DTensor replica_sums = partial_terms(s, {{6}, {22}, {38}, {54}});  // one term per replica
-    DTensor everywhere = fill({1}, s.replicated_layout(1), 5.0);  // the same on every replica
+    DTensor everywhere = fill({1}, s.replicated_layout(1), 5.0);       // the same on every replica
     return std::vector<DTensor>{doubled_ids, row_sums, replica_sums, everywhere};
   };
   std::vector<DTensor> out = s.run(step, batch);
@@ -239,10 +239,8 @@ TEST_CASE("reduce: SUM and MEAN over replicas, with and without an axis") {
   // Per-replica values [2, 3]: replica r holds rows 2r, 2r+1 of iota [8, 3].
   DTensor v = distribute(iota_f32({8, 3}), s.batch_layout(2));
   // axis=None: elementwise over replicas.
-  CHECK(global_values(s.reduce(Reduction::kSum, v)) ==
-        std::vector<float>{36, 40, 44, 48, 52, 56});
-  CHECK(global_values(s.reduce(Reduction::kMean, v)) ==
-        std::vector<float>{9, 10, 11, 12, 13, 14});
+  CHECK(global_values(s.reduce(Reduction::kSum, v)) == std::vector<float>{36, 40, 44, 48, 52, 56});
+  CHECK(global_values(s.reduce(Reduction::kMean, v)) == std::vector<float>{9, 10, 11, 12, 13, 14});
   // axis=0: over every replica's rows, i.e. over the global batch.
   CHECK(global_values(s.reduce(Reduction::kSum, v, 0)) == std::vector<float>{84, 92, 100});
   CHECK(global_values(s.reduce(Reduction::kMean, v, 0)) == std::vector<float>{10.5, 11.5, 12.5});

@@ -131,8 +131,8 @@ TEST_CASE("a distributed dataset gives each replica its slice of the global batc
   }
   CHECK(ds.batches_per_epoch() == 3);
   // Over an example source: the same batches.
-  data::Dataset from_source = s.distribute_dataset(data::tensor_examples(iota_f32({n, width}),
-                                                                          labels_of(n)));
+  data::Dataset from_source =
+      s.distribute_dataset(data::tensor_examples(iota_f32({n, width}), labels_of(n)));
   from_source.batch(10);
   std::optional<data::Batch> same = from_source.next();
   REQUIRE(same);

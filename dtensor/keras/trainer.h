@@ -14,9 +14,9 @@
 // the first batch of each shape, replayed after, to eager's bits) unless run_eagerly is set
 // (Keras's compile(run_eagerly=True)); the loss and metric trackers read the results outside it.
 // Nothing here is specific to one device or many: the batch's layout (batch-sharded from a Dataset,
-// e.g. MirroredStrategy::distribute_dataset) and the variables' layouts decide the parallelism, and
-// the gradient of each replicated variable is all-reduced once, where the tape brings it to the
-// variable's layout.
+// e.g. Strategy::experimental_distribute_dataset of any strategy in strategy.h) and the variables'
+// layouts decide the parallelism, and the gradient of each replicated variable is all-reduced
+// once, where the tape brings it to the variable's layout.
 //
 // Data. fit draws batches with next() from the dataset's current position; an epoch is
 // steps_per_epoch batches (default: the dataset's batches_per_epoch()). Configure repeat() so the
