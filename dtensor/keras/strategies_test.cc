@@ -91,3 +91,27 @@ TEST_CASE("fit takes any strategy") {
   REQUIRE(default_strategy->is_default());
   check_same_training(fit_with(default_strategy), mirrored1);
 }
+
+TEST_CASE("fit and evaluate refuse data of another strategy than the model's") {
+  Problem p(std::make_shared<CentralStorageStrategy>(4));
+  MirroredStrategy two(2);
+  data::Dataset other = two.experimental_distribute_dataset(p.digits.images, p.digits.labels);
+  other.batch(kBatch);
+  CHECK_THROWS_MATCHES(
+      p.trainer.fit(other, quiet(1)), MeshError,
+      Catch::Message("[Trainer::fit] the training data is on mesh replica=2, the model's "
+                     "variables on mesh replica=4: build both with one strategy (in its scope, "
+                     "and with its experimental_distribute_dataset)"));
+  FitOptions options = quiet(1);
+  options.validation_data = &other;
+  CHECK_THROWS_MATCHES(
+      p.trainer.fit(p.train, options), MeshError,
+      Catch::Message("[Trainer::fit] the validation data is on mesh replica=2, the model's "
+                     "variables on mesh replica=4: build both with one strategy (in its scope, "
+                     "and with its experimental_distribute_dataset)"));
+  CHECK_THROWS_MATCHES(
+      p.trainer.evaluate(other), MeshError,
+      Catch::Message("[Trainer::evaluate] the data is on mesh replica=2, the model's variables on "
+                     "mesh replica=4: build both with one strategy (in its scope, and with its "
+                     "experimental_distribute_dataset)"));
+}

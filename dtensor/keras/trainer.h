@@ -106,11 +106,12 @@ class Trainer {
 
   // Trains for options.epochs epochs (see the header comment). Throws InvalidArgumentError for
   // bad options (negative counts, validation_freq < 1, a null callback, no batches per epoch,
-  // validation_data that is `train` itself);
+  // validation_data that is `train` itself); MeshError when the training or validation data is on
+  // another mesh than the model's variables (a model and data of different strategies);
   // exceptions from the model, the data or a callback end the fit and propagate.
   History fit(data::Dataset& train, const FitOptions& options = {});
   // The loss and metrics over `data` ("loss", metric names). Leaves the training metrics as they
-  // were.
+  // were. MeshError as fit's for data on another mesh than the model's variables.
   Logs evaluate(data::Dataset& data, const EvaluateOptions& options = {});
   // model.call(inputs, /*training=*/false).
   DTensor predict(const DTensor& inputs);
