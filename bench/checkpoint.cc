@@ -25,8 +25,8 @@
 
 #include "bench/report.h"
 #include "cli/flags.h"
-#include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/creation.h"
+#include "train/checkpoint/checkpoint.h"
 
 namespace {
 

@@ -10,8 +10,8 @@
 
 #include "bench/report.h"
 #include "cli/flags.h"
+#include "dtensor/collectives.h"
 #include "dtensor/relayout.h"
-#include "runtime/collectives.h"
 
 int main(int argc, char** argv) {
   dtensor::cli::Flags flags("collectives",

@@ -10,8 +10,8 @@
 
 #include "bench/report.h"
 #include "cli/flags.h"
-#include "ops/kernels/cuda/tf32.h"
-#include "ops/kernels/kernels.h"
+#include "kernels/cuda/tf32.h"
+#include "kernels/kernels.h"
 #include "runtime/cuda/gpu_devices.h"
 #include "runtime/cuda/transfer.h"
 

@@ -10,12 +10,12 @@
 
 #include "bench/report.h"
 #include "dtensor/creation.h"
-#include "dtensor/optim/optimizers.h"
 #include "examples/mnist/model.h"
 #include "ops/autograd.h"
 #include "ops/ops.h"
 #include "runtime/cuda/gpu_collectives.h"
 #include "runtime/cuda/gpu_devices.h"
+#include "train/optim/optimizers.h"
 
 int main() {
   using namespace dtensor;

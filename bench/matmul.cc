@@ -3,7 +3,7 @@
 //
 // Then, per shape of the seed MLP step (and 2048^3), oneDNN's f32 gemm against OpenBLAS's, both
 // called directly, alternating in the same run: the figures behind the CPU matmul's choice of
-// backend (ops/kernels/cpu/matmul.cc, onednn_wins).
+// backend (kernels/cpu/matmul.cc, onednn_wins).
 #include <cblas.h>
 
 #include <algorithm>
@@ -13,7 +13,7 @@
 #include "bench/report.h"
 #include "cli/flags.h"
 #include "dtensor/creation.h"
-#include "ops/kernels/cpu/matmul_onednn.h"
+#include "kernels/cpu/matmul_onednn.h"
 #include "ops/ops.h"
 
 namespace {

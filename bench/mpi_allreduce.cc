@@ -2,7 +2,12 @@
 // device per process: the MPI backend) next to a raw MPI_Allreduce of the same bytes, measured
 // in the same run, alternating, 4 KB to 16 MB. Rank 0 prints one JSON object per size:
 //   {"bench":"mpi_allreduce","bytes":...,"runtime_us":...,"mpi_us":...,"ratio":...,...}
-// ratio = runtime / raw (medians). Run directly and it relaunches itself under mpirun -np 2.
+// ratio = runtime / raw (medians). Then the cost of the agreement the MPI backend runs before each
+// collective (runtime/collective_agreement.h): small all-reduces (4 B to 4 KB) with it and
+// without it, alternating in the same run, one object per size:
+//   {"bench":"mpi_allreduce_agreement","bytes":...,"checked_us":...,"unchecked_us":...,...}
+// DTENSOR_MPI_SHARED=0 measures MPI's own all-reduce (processes on several hosts) instead of the
+// shared-memory one. Run directly and it relaunches itself under mpirun -np 2.
 #include <mpi.h>
 #include <unistd.h>
 #include <optional>
@@ -16,9 +21,10 @@
 
 #include "bench/report.h"
 #include "cli/flags.h"
+#include "dtensor/collectives.h"
 #include "dtensor/runtime.h"
 #include "dtensor/virtual_devices.h"
-#include "runtime/collectives.h"
+#include "runtime/mpi/mpi_backend.h"
 
 namespace {
 using namespace dtensor;
@@ -45,6 +51,49 @@ void relaunch_under_mpirun() {
   execlp("mpirun", "mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2", self,
          static_cast<char*>(nullptr));
   std::perror("mpi_allreduce: cannot run mpirun");
+}
+
+// Small all-reduces through the runtime with and without the agreement step, alternating.
+void measure_agreement(const Runtime& rt, const Mesh& mesh, MeshDimMask dims) {
+  const char* shared = std::getenv("DTENSOR_MPI_SHARED");
+  const bool shared_memory = shared == nullptr || shared[0] != '0';
+  for (int64_t bytes = 4; bytes <= 4096; bytes *= 16) {
+    const int64_t n = bytes / 4;
+    const int reps = 2001;
+    Tensor input = Tensor::zeros({n}, DType::kF32, Device{DeviceType::kCPU, rt.process_index()});
+    Tensor raw_out = Tensor::zeros({n}, DType::kF32);
+    std::vector<double> checked_s, unchecked_s, mpi_s;
+    for (int r = 0; r < reps + 20; ++r) {
+      for (const bool checked : {true, false}) {
+        set_collective_agreement(checked);
+        MPI_Barrier(MPI_COMM_WORLD);
+        const auto start = std::chrono::steady_clock::now();
+        std::vector<Tensor> out = all_reduce(mesh, dims, {input}, ReduceOp::kSum);
+        const double t = seconds_since(start);
+        bench::do_not_optimize(out);
+        if (r >= 20) (checked ? checked_s : unchecked_s).push_back(t);
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
+      const auto start = std::chrono::steady_clock::now();
+      MPI_Allreduce(input.raw_data(), raw_out.raw_data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
+      if (r >= 20) mpi_s.push_back(seconds_since(start));
+    }
+    set_collective_agreement(true);
+    const double checked_us = median(checked_s) * 1e6;
+    const double unchecked_us = median(unchecked_s) * 1e6;
+    if (rt.process_index() == 0) {
+      bench::report("mpi_allreduce_agreement",
+                    {{"bytes", bytes},
+                     {"processes", int64_t{2}},
+                     {"shared_memory", int64_t{shared_memory ? 1 : 0}},
+                     {"checked_us", checked_us},
+                     {"unchecked_us", unchecked_us},
+                     {"check_cost_us", checked_us - unchecked_us},
+                     {"mpi_us", median(mpi_s) * 1e6}},
+                    checked_us / unchecked_us, "runtime/mpi");
+    }
+  }
 }
 
 int run(const Runtime& rt) {
@@ -89,6 +138,7 @@ int run(const Runtime& rt) {
                     runtime_us / mpi_us, "runtime/mpi");
     }
   }
+  measure_agreement(rt, mesh, dims);
   return 0;
 }
 

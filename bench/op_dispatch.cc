@@ -4,9 +4,9 @@
 // local kernels on one tensor (the arithmetic alone).
 #include "bench/report.h"
 #include "cli/flags.h"
-#include "dtensor/capture/function.h"
-#include "ops/kernels/kernels.h"
+#include "kernels/kernels.h"
 #include "ops/ops.h"
+#include "train/capture/function.h"
 
 int main(int argc, char** argv) {
   dtensor::cli::Flags flags("op_dispatch",
@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
     });
     chain({x});  // traces
     double replay = bench::median_seconds([&] { bench::do_not_optimize(chain({x})); }, 9);
-    // How many of the ops replay inside fused elementwise segments (dtensor/capture/segment.h).
+    // How many of the ops replay inside fused elementwise segments (train/capture/segment.h).
     const int64_t fused = static_cast<int64_t>(chain.fused_calls({x}));
     bench::report("op_dispatch",
                   {{"layout", std::string(name)},

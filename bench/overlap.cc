@@ -24,14 +24,14 @@
 
 #include "bench/report.h"
 #include "cli/flags.h"
-#include "dtensor/capture/function.h"
 #include "dtensor/creation.h"
-#include "dtensor/optim/optimizers.h"
 #include "dtensor/runtime.h"
 #include "dtensor/virtual_devices.h"
 #include "examples/mnist/model.h"
 #include "ops/autograd.h"
 #include "ops/ops.h"
+#include "train/capture/function.h"
+#include "train/optim/optimizers.h"
 
 namespace {
 using namespace dtensor;

@@ -19,13 +19,13 @@
 #include "bench/plain_mlp.h"
 #include "bench/report.h"
 #include "cli/flags.h"
-#include "dtensor/capture/function.h"
 #include "dtensor/creation.h"
-#include "dtensor/optim/optimizers.h"
 #include "examples/mnist/model.h"
 #include "ops/autograd.h"
 #include "ops/ops.h"
 #include "runtime/buffer_pool.h"
+#include "train/capture/function.h"
+#include "train/optim/optimizers.h"
 
 namespace {
 

@@ -75,13 +75,13 @@ std::string writable_file(const std::string& flag, const fs::path& path) {
 std::string make_folder(const std::string& flag, const fs::path& dir) {
   std::error_code ec;
   if (fs::is_directory(dir, ec)) return "";
-  if (fs::exists(dir, ec)) {
+  // Another rank of the job may create the same folder at any moment between these checks and
+  // the call below (libstdc++ then reports EEXIST): what matters is that a folder exists now.
+  std::error_code again;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, again)) {
     return flag + ": '" + dir.string() + "' exists and is not a folder";
   }
   fs::create_directories(dir, ec);
-  // Another rank of the job may create the same folder between the check above and this call
-  // (libstdc++ then reports EEXIST): what matters is that the folder exists now.
-  std::error_code again;
   if (ec && !fs::is_directory(dir, again)) {
     return flag + ": cannot create folder '" + dir.string() + "': " + ec.message();
   }

@@ -9,7 +9,7 @@
 #include <iterator>
 
 #include "cli/event.pb.h"
-#include "dtensor/checkpoint/internal/crc32c.h"
+#include "runtime/crc32c.h"
 #include "runtime/error.h"
 
 namespace dtensor::cli {

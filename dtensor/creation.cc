@@ -6,7 +6,7 @@
 
 #include "dtensor/relayout.h"
 #include "dtensor/trace_hook.h"
-#include "ops/kernels/memory.h"
+#include "runtime/element_loops.h"
 #include "runtime/random.h"
 
 namespace dtensor {

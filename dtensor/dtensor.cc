@@ -132,7 +132,7 @@ Shape infer_global_shape(const std::vector<Tensor>& components, const Layout& la
   return shape;
 }
 
-// Why host data may not enter or leave a captured step (dtensor/capture/function.h).
+// Why host data may not enter or leave a captured step (train/capture/function.h).
 constexpr const char* kHostReadReason =
     "it reads tensor values on the host, which a replay would not read again; return the "
     "DTensor from the step and read it outside";

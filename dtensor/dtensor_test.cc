@@ -8,11 +8,11 @@
 #include <optional>
 #include <thread>
 
+#include "dtensor/collectives.h"
 #include "dtensor/creation.h"
 #include "dtensor/relayout.h"
 #include "dtensor/variable.h"
 #include "dtensor/virtual_devices.h"
-#include "runtime/collectives.h"
 #include "tests/layout_enumeration.h"
 #include "tests/test_tensors.h"
 

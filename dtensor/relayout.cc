@@ -8,9 +8,9 @@
 #include <queue>
 #include <unordered_map>
 
+#include "dtensor/collectives.h"
 #include "dtensor/trace_hook.h"
 #include "runtime/block.h"
-#include "runtime/collectives.h"
 
 namespace dtensor {
 namespace {

@@ -5,7 +5,7 @@
 #include <random>
 #include <string>
 
-#include "runtime/collectives.h"
+#include "dtensor/collectives.h"
 #include "tests/layout_enumeration.h"
 #include "tests/test_tensors.h"
 

@@ -12,6 +12,7 @@
 #include "dtensor/virtual_devices.h"
 #include "runtime/backend_registry.h"
 #include "runtime/error.h"
+#include "runtime/mpi/control_channel.h"
 #include "runtime/mpi/mpi_backend.h"
 #include "runtime/mpi/mpi_check.h"
 #include "runtime/process.h"
@@ -144,6 +145,13 @@ Runtime::~Runtime() {
   if (uses_mpi_) {
     // The MPI backend frees its communicators while MPI is still up.
     reset_collective_backends();
+    // MPI_Finalize gives no notice to a process still waiting for this one in a collective: say
+    // that this one leaves (it then throws, ending the job) and wait until every process has.
+    try {
+      depart_from_job();
+    } catch (const std::exception& e) {
+      abort_job(e.what(), 1);
+    }
     mpi_running.store(false);
     MPI_Finalize();
     set_this_process({0, 1});

@@ -16,6 +16,10 @@
 // Faults: in a multi-process job an exception escaping run_main's body (or any uncaught
 // exception, or a Runtime destroyed while one unwinds) prints the error with the process's rank
 // and ends every process of the job (MPI_Abort), so no rank waits forever in a collective.
+// A process whose program ends normally tells the others at shutdown and waits for all of them
+// before MPI_Finalize; one still waiting for it in a collective throws CommunicationError
+// ("[all_reduce] process 1 has finished its program ...", runtime/mpi/control_channel.h), which
+// ends the job the same way unless caught.
 //
 // One Runtime per process; init twice throws. Not copyable; movable.
 #pragma once

@@ -3,10 +3,10 @@
 // local components only, and the MPI backend's one-member-per-process contract.
 #include <catch2/catch.hpp>
 
+#include "dtensor/collectives.h"
 #include "dtensor/dtensor.h"
 #include "dtensor/virtual_devices.h"
 #include "runtime/block.h"
-#include "runtime/collectives.h"
 #include "runtime/mpi/mpi_backend.h"
 #include "runtime/process.h"
 #include "tests/test_tensors.h"

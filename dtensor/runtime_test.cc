@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "dtensor/collectives.h"
 #include "dtensor/virtual_devices.h"
-#include "runtime/collectives.h"
 #include "runtime/process.h"
 
 using namespace dtensor;

@@ -1,5 +1,5 @@
 // TraceHook: the DTensor-level half of the capture seam (runtime/capture_hook.h). While a step
-// recorder (dtensor/capture/function.h) traces on this thread, run_local (ops/expand.h),
+// recorder (train/capture/function.h) traces on this thread, run_local (ops/expand.h),
 // relayout, variable reads and updates and Optimizer::apply hand their work to it through
 // `call` and `effect`; operations whose result the trace could not replay faithfully (host reads
 // of tensor values, random values from a host seed) call `reject_in_trace`.

@@ -42,7 +42,7 @@ class DVariable {
   // no other tensor shares them), calls `update` with the shards and returns what it returns;
   // otherwise returns false without calling it. `update` writes elements only (same shapes, no
   // new handles) and must not call this variable's methods. For optimizer applies in replayed
-  // steps (dtensor/optim), which must not copy-on-write every step.
+  // steps (train/optim), which must not copy-on-write every step.
   bool update_in_place(const std::function<bool(const std::vector<Tensor>& shards)>& update);
 
  private:

@@ -2,7 +2,7 @@
 
 #include <atomic>
 
-#include "runtime/collectives.h"
+#include "dtensor/collectives.h"
 #include "runtime/error.h"
 #include "runtime/process.h"
 

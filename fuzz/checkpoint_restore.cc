@@ -18,13 +18,13 @@
 #include <string>
 #include <vector>
 
-#include "dtensor/checkpoint/checkpoint.h"
-#include "dtensor/checkpoint/internal/crc32c.h"
-#include "dtensor/checkpoint/internal/index.h"
-#include "dtensor/checkpoint/internal/json_util.h"
-#include "dtensor/checkpoint/internal/safetensors.h"
 #include "dtensor/creation.h"
 #include "fuzz/harness.h"
+#include "runtime/crc32c.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/internal/index.h"
+#include "train/checkpoint/internal/json_util.h"
+#include "train/checkpoint/internal/safetensors.h"
 
 namespace {
 

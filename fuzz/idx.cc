@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "dtensor/data/idx.h"
 #include "fuzz/harness.h"
+#include "train/data/idx.h"
 
 namespace {
 

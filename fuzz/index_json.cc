@@ -5,10 +5,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "dtensor/checkpoint/internal/crc32c.h"
-#include "dtensor/checkpoint/internal/index.h"
-#include "dtensor/checkpoint/internal/json_util.h"
 #include "fuzz/harness.h"
+#include "runtime/crc32c.h"
+#include "train/checkpoint/internal/index.h"
+#include "train/checkpoint/internal/json_util.h"
 
 namespace {
 

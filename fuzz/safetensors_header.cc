@@ -3,8 +3,8 @@
 #include <string>
 #include <string_view>
 
-#include "dtensor/checkpoint/internal/safetensors.h"
 #include "fuzz/harness.h"
+#include "train/checkpoint/internal/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace dtensor;

@@ -9,8 +9,8 @@
 #include <iterator>
 #include <string>
 
-#include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/creation.h"
+#include "train/checkpoint/checkpoint.h"
 
 using namespace dtensor;
 

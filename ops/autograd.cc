@@ -7,10 +7,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "dtensor/collectives.h"
 #include "dtensor/creation.h"
 #include "dtensor/relayout.h"
 #include "ops/ops.h"
-#include "runtime/collectives.h"
 
 namespace dtensor {
 

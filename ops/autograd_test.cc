@@ -8,11 +8,11 @@
 #include <functional>
 #include <random>
 
+#include "dtensor/collectives.h"
 #include "dtensor/creation.h"
 #include "dtensor/relayout.h"
-#include "ops/kernels/kernels.h"
+#include "kernels/kernels.h"
 #include "ops/ops.h"
-#include "runtime/collectives.h"
 #include "tests/layout_enumeration.h"
 #include "tests/test_tensors.h"
 

@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "dtensor/collectives.h"
 #include "dtensor/creation.h"
 #include "dtensor/relayout.h"
+#include "kernels/kernels.h"
 #include "ops/autograd.h"
-#include "ops/kernels/kernels.h"
 #include "ops/ops.h"
-#include "runtime/collectives.h"
 
 using namespace dtensor;
 

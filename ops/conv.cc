@@ -12,9 +12,9 @@
 #include <string>
 #include <utility>
 
+#include "kernels/kernels.h"
 #include "ops/halo_expand.h"
 #include "ops/halo_window.h"
-#include "ops/kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
 

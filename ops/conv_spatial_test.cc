@@ -9,11 +9,11 @@
 #include <functional>
 #include <random>
 
+#include "dtensor/collectives.h"
 #include "dtensor/creation.h"
+#include "kernels/kernels.h"
 #include "ops/autograd.h"
-#include "ops/kernels/kernels.h"
 #include "ops/ops.h"
-#include "runtime/collectives.h"
 #include "tests/layout_enumeration.h"
 
 using namespace dtensor;

@@ -11,11 +11,11 @@
 #include <random>
 #include <string>
 
+#include "dtensor/collectives.h"
 #include "dtensor/relayout.h"
+#include "kernels/kernels.h"
 #include "ops/autograd.h"
-#include "ops/kernels/kernels.h"
 #include "ops/ops.h"
-#include "runtime/collectives.h"
 #include "tests/layout_enumeration.h"
 #include "tests/test_tensors.h"
 

@@ -6,8 +6,8 @@
 #include <random>
 
 #include "dtensor/creation.h"
+#include "kernels/kernels.h"
 #include "ops/autograd.h"
-#include "ops/kernels/kernels.h"
 #include "ops/ops.h"
 #include "tests/layout_enumeration.h"
 #include "tests/test_tensors.h"

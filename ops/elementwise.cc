@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "dtensor/relayout.h"
-#include "ops/kernels/kernels.h"
+#include "kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
 

@@ -60,7 +60,7 @@ int64_t invariant_chunk_rows(int64_t extent, double work, double small_work = 65
 
 // `inputs` are already in the layouts the rule chose; `work` estimates the flops (or bytes) of
 // the whole op, to decide between inline and parallel execution. While a step is captured
-// (dtensor/capture/function.h) the recorder keeps a copy of `kernel` to replay: a kernel must own
+// (train/capture/function.h) the recorder keeps a copy of `kernel` to replay: a kernel must own
 // what it uses (capture by value, never references to the op's locals). With `stacking`, BLAS may
 // pick other kernels for the taller matrices, so results agree with per-device calls to rounding.
 DTensor run_local(const std::vector<const DTensor*>& inputs, const Layout& output_layout,

@@ -5,7 +5,7 @@
 
 #include "dtensor/relayout.h"
 #include "dtensor/trace_hook.h"
-#include "ops/kernels/kernels.h"
+#include "kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
 

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
+#include "dtensor/collectives.h"
 #include "runtime/block.h"
-#include "runtime/collectives.h"
 
 namespace dtensor {
 namespace {

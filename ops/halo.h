@@ -9,7 +9,7 @@
 //
 // Intervals are given per shard index c along the mesh dim (every device with coordinate c gets
 // needed[c]), so every process knows what every device sends and receives: each exchange is ONE
-// all-to-all over the groups along that mesh dim (runtime/collectives.h, so every backend works
+// all-to-all over the groups along that mesh dim (dtensor/collectives.h, so every backend works
 // and CollectiveStats counts it once). Member i sends member j the rows of chunk_i ∩ needed[j],
 // padded to the largest such piece between distinct members; a device's own rows never travel.
 // When no device needs another's rows (a 1x1 window, say) nothing is sent at all. The intervals

@@ -7,8 +7,8 @@
 
 #include <random>
 
+#include "dtensor/collectives.h"
 #include "runtime/block.h"
-#include "runtime/collectives.h"
 #include "tests/layout_enumeration.h"
 #include "tests/test_tensors.h"
 

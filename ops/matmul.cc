@@ -3,7 +3,7 @@
 // a partial sum, reduced where a consumer needs it. The VJP is two more matmuls.
 #include <algorithm>
 
-#include "ops/kernels/kernels.h"
+#include "kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
 

@@ -1,7 +1,7 @@
 // The normalisation family: layer_norm over the last dim, which is kept whole on every device
 // (the kernel needs each row's mean and variance); the other dims keep their sharding. gamma and
 // beta are [D] and replicated. The VJP is written in DTensor ops, so it shards like the forward.
-#include "ops/kernels/kernels.h"
+#include "kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
 

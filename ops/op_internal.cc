@@ -6,11 +6,11 @@
 #include <numeric>
 #include <unordered_set>
 
+#include "dtensor/collectives.h"
 #include "dtensor/creation.h"
 #include "dtensor/relayout.h"
 #include "dtensor/trace_hook.h"
 #include "ops/ops.h"
-#include "runtime/collectives.h"
 
 namespace dtensor {
 namespace op_internal {

@@ -195,7 +195,7 @@ DTensor flatten(const DTensor& x);
 //
 // The seed is a host value or a DTensor (the stateless-RNG way: TF's stateless_dropout seed
 // tensor, a JAX key). A host seed is fixed when a captured step is traced, so inside a captured
-// step (dtensor/capture/function.h) the host-seed form throws UnimplementedError; give the seed as
+// step (train/capture/function.h) the host-seed form throws UnimplementedError; give the seed as
 // a DTensor instead: an i64 or i32 scalar, not partial, that is an argument of the step or comes
 // from a SeedGenerator (ops/seed_generator.h). Its value is read when the mask is made, so every
 // replay draws a fresh mask from the seed it then has, and dropout(x, rate, seed tensor holding s)

@@ -9,9 +9,9 @@
 #include <map>
 #include <random>
 
+#include "dtensor/collectives.h"
 #include "dtensor/relayout.h"
-#include "ops/kernels/kernels.h"
-#include "runtime/collectives.h"
+#include "kernels/kernels.h"
 #include "tests/layout_enumeration.h"
 #include "tests/test_tensors.h"
 

@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/kernels.h"
 #include "ops/halo_expand.h"
 #include "ops/halo_window.h"
-#include "ops/kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
 

@@ -3,7 +3,7 @@
 // Sums and means are linear, so partial-sum inputs pass through them.
 #include <utility>
 
-#include "ops/kernels/kernels.h"
+#include "kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
 

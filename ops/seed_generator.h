@@ -1,7 +1,7 @@
 // SeedGenerator: a stream of seeds for stateless random ops such as dropout (ops/ops.h), the
 // counterpart of keras.random.SeedGenerator (or of a JAX key folded with the step number). Its
 // state is a DVariable (an i64 scalar, replicated): next() reads it and advances it, through the
-// variable's traced read and update, so a captured step (dtensor/capture/function.h) that draws
+// variable's traced read and update, so a captured step (train/capture/function.h) that draws
 // from it advances it on every replay and each step gets a fresh seed, the one eager code would
 // get on the same step. Seeds are base, base + 1, base + 2, ...; Philox streams of different keys
 // are independent.

@@ -54,18 +54,19 @@ void reset_collective_backends() {
   registry()[static_cast<size_t>(DeviceType::kCPU)] = {in_process, in_process};
 }
 
-CollectiveBackend& collective_backend_for(const Mesh& mesh, const char* collective) {
-  const size_t index = static_cast<size_t>(mesh.device_type());
+CollectiveBackend& collective_backend_for(DeviceType type, bool spans_processes,
+                                          std::string_view mesh_dims, const char* collective) {
+  const size_t index = static_cast<size_t>(type);
   CollectiveBackend* backend = nullptr;
   if (index < kMaxDeviceTypes) {
     const Backends& slot = registry()[index];
-    backend = mesh.num_processes() == 1 ? slot.intra.get() : slot.spanning.get();
+    backend = spans_processes ? slot.spanning.get() : slot.intra.get();
   }
   if (backend == nullptr) {
     throw_error<UnimplementedError>(collective,
                                     "no collective backend is registered for {} devices (mesh "
                                     "{}); register one with register_collective_backends",
-                                    device_type_name(mesh.device_type()), mesh.dims_string());
+                                    device_type_name(type), mesh_dims);
   }
   return *backend;
 }

@@ -26,9 +26,10 @@
 #pragma once
 
 #include <memory>
+#include <string_view>
 
-#include "mesh/mesh.h"
 #include "runtime/collective_backend.h"
+#include "runtime/device.h"
 
 namespace dtensor {
 
@@ -40,10 +41,12 @@ void register_collective_backends(DeviceType type, std::shared_ptr<CollectiveBac
 // Back to the defaults above (drops, and so frees, every registered backend not held elsewhere).
 void reset_collective_backends();
 
-// The backend a collective over `mesh` goes to. Throws UnimplementedError "[collective] no
-// collective backend is registered for GPU devices (mesh batch=2)" when its type has none;
-// `collective` names the calling collective in that message.
-CollectiveBackend& collective_backend_for(const Mesh& mesh,
-                                          const char* collective = "collective_backend_for");
+// The backend a collective over devices of `type` goes to: the intra-process one when all the
+// devices live in this process, otherwise the composed one (dtensor/mesh_backend.h asks for a
+// mesh's). Throws UnimplementedError "[collective] no collective backend is registered for GPU
+// devices (mesh batch=2)" when the type has none; `collective` names the calling collective and
+// `mesh_dims` the devices (a mesh's dims_string()) in that message.
+CollectiveBackend& collective_backend_for(DeviceType type, bool spans_processes,
+                                          std::string_view mesh_dims, const char* collective);
 
 }  // namespace dtensor

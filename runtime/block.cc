@@ -1,6 +1,6 @@
 #include "runtime/block.h"
 
-#include "ops/kernels/memory.h"
+#include "runtime/element_loops.h"
 
 namespace dtensor {
 namespace {

@@ -1,4 +1,4 @@
-// CaptureHook: the seam through which a step recorder (dtensor/capture) sees what a traced step
+// CaptureHook: the seam through which a step recorder (train/capture) sees what a traced step
 // executes. Code that does work worth replaying (collectives here; run_local, relayout, variable
 // updates above) asks `CaptureHook::active()` first: null, the eager path, costs one thread-local
 // load. While a recorder traces on this thread, the call is handed to it instead: the recorder
@@ -47,7 +47,7 @@ class CaptureHook {
 };
 
 // ElementwiseNotes: how a recorder learns the structure of the elementwise kernel calls a traced
-// step makes, so that a replay can fuse them (dtensor/capture/program.h). While at least one
+// step makes, so that a replay can fuse them (train/capture/program.h). While at least one
 // sink is registered, the CPU unary and binary kernels describe each call they complete (the op,
 // the dtype, the input and output buffers); a recorder matches the notes to its call by the
 // output buffers, which are fresh, so notes from other threads (pool workers running the traced

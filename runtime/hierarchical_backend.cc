@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "runtime/block.h"
+#include "runtime/collective_agreement.h"
 #include "runtime/error.h"
 #include "runtime/shape.h"
 
@@ -158,7 +160,7 @@ class HierarchicalBackend final : public CollectiveBackend {
               : intra_->all_gather(owned_here(group, view.local_members()), inputs, axis)[0];
       return share_result(inter_->all_gather(leaders(group, view), {block}, axis)[0], inputs);
     }
-    std::vector<Tensor> all = gather_members(group, view, inputs);
+    std::vector<Tensor> all = gather_members(group, view, inputs, axis);
     return share_result(intra_->all_gather(all_owned_here(group), all, axis)[0], inputs);
   }
 
@@ -301,33 +303,50 @@ class HierarchicalBackend final : public CollectiveBackend {
     return out;
   }
 
-  // The shape of every member's tensor, in group order: one all-gather of the dims.
-  std::vector<Shape> member_shapes(const Group& group, const ProcessView& view,
-                                   const std::vector<Tensor>& inputs) {
-    const int64_t rank = inputs[0].rank();
-    Tensor dims = Tensor::empty({static_cast<int64_t>(inputs.size()) * rank}, DType::kI64,
-                                inputs[0].device());
-    int64_t* d = dims.data<int64_t>();
+  // The shape of every member's tensor, in group order: one all-gather of each member's dtype,
+  // rank and dims. The members must agree on the call (`describe` gives a member's descriptor from
+  // its dtype and shape): the flat backend only sees the packed bytes, so a disagreement throws
+  // CommunicationError here, on every process, before any data moves.
+  std::vector<Shape> member_shapes(
+      const Group& group, const ProcessView& view, const std::vector<Tensor>& inputs,
+      const char* function,
+      const std::function<CollectiveDescriptor(DType, const Shape&)>& describe) {
+    std::vector<int64_t> records;
     for (const Tensor& in : inputs) {
-      for (int64_t x : in.shape()) *d++ = x;
+      records.push_back(static_cast<int64_t>(in.dtype()));
+      records.push_back(in.rank());
+      records.insert(records.end(), in.shape().begin(), in.shape().end());
     }
-    Tensor all = inter_->all_gather(leaders(group, view), {dims}, 0)[0];
+    Tensor mine =
+        Tensor::empty({static_cast<int64_t>(records.size())}, DType::kI64, inputs[0].device());
+    std::copy(records.begin(), records.end(), mine.data<int64_t>());
+    Tensor all = inter_->all_gather(leaders(group, view), {mine}, 0)[0];
     const int64_t* a = all.data<int64_t>();
+    const int64_t* end = a + all.num_elements();
     std::vector<Shape> shapes(static_cast<size_t>(group.size()));
+    std::vector<CollectiveDescriptor> described(shapes.size());
     for (size_t p = 0; p < view.size(); ++p) {
       for (int64_t pos : view.members[p]) {
-        shapes[static_cast<size_t>(pos)].assign(a, a + rank);
-        a += rank;
+        DTENSOR_CHECK(end - a >= 2 && a[1] >= 0 && end - a >= 2 + a[1]);
+        const DType dtype = static_cast<DType>(a[0]);
+        shapes[static_cast<size_t>(pos)].assign(a + 2, a + 2 + a[1]);
+        a += 2 + a[1];
+        described[static_cast<size_t>(pos)] = describe(dtype, shapes[static_cast<size_t>(pos)]);
       }
     }
+    check_agreement(function, described, group.owners,
+                    static_cast<size_t>(view.local_members().front()));
     return shapes;
   }
 
   // Every member's tensor in group order, on every process of the group: the shapes, then the
   // bytes, each gathered once across processes.
   std::vector<Tensor> gather_members(const Group& group, const ProcessView& view,
-                                     const std::vector<Tensor>& inputs) {
-    std::vector<Shape> shapes = member_shapes(group, view, inputs);
+                                     const std::vector<Tensor>& inputs, int64_t axis) {
+    std::vector<Shape> shapes =
+        member_shapes(group, view, inputs, "all_gather", [axis](DType dtype, const Shape& shape) {
+          return describe_all_gather(dtype, shape, axis);
+        });
     int64_t own_bytes = 0;
     for (const Tensor& in : inputs) own_bytes += static_cast<int64_t>(in.nbytes());
     Tensor packed = byte_buffer({own_bytes});
@@ -371,7 +390,10 @@ class HierarchicalBackend final : public CollectiveBackend {
     const DType dtype = inputs[0].dtype();
     const size_t esize = dtype_size(dtype);
     const size_t num_processes = view.size();
-    std::vector<Shape> shapes = member_shapes(group, view, inputs);
+    std::vector<Shape> shapes = member_shapes(
+        group, view, inputs, "all_to_all", [=](DType member_dtype, const Shape& shape) {
+          return describe_all_to_all(member_dtype, shape, split_axis, concat_axis);
+        });
     auto piece_shape = [&](const Shape& input, int64_t j) {
       return with_dim(input, split_axis, chunk_range(input[split_axis], k, j).size);
     };

@@ -13,8 +13,12 @@
 //     whose chunks are contiguous in memory moves only each process's block; all-to-all packs
 //     each process's pieces into one byte tensor per destination after exchanging shapes.
 //
-// Every process of a group must make the same calls in the same order (SPMD programs do).
-// Errors come from the composed backends. Thread-safe as far as the composed backends are.
+// Every process of a group must make the same calls in the same order (SPMD programs do). The
+// inter backend checks that processes agree on each call it makes (runtime/collective_agreement.h);
+// where that call moves packed bytes (all-gather of interleaved members, all-to-all), the members'
+// dtypes and shapes are gathered first and checked here, so a disagreement throws
+// CommunicationError naming the collective on every process. Other errors come from the composed
+// backends. Thread-safe as far as the composed backends are.
 #pragma once
 
 #include <memory>

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "ops/kernels/memory.h"
+#include "runtime/element_loops.h"
 #include "runtime/error.h"
 
 namespace dtensor {

@@ -15,7 +15,7 @@
 // as they write to different shards.
 //
 // The arguments are checked here; the element loop runs behind the kernel front
-// (ops/kernels/memory.h: fill_random), on the device of the shard.
+// (runtime/element_loops.h: fill_random), on the device of the shard.
 #pragma once
 
 #include <array>

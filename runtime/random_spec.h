@@ -1,5 +1,5 @@
 // What a random fill draws: distribution, seed and its two parameters. A plain value shared by
-// runtime/random.h and the fill kernels behind ops/kernels/memory.h.
+// runtime/random.h and the fill kernels behind runtime/element_loops.h.
 #pragma once
 
 #include <cstdint>

@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 OUT=bazel-gpu-bundle
 TESTS=(
   //runtime/cuda:cuda_runtime_test
-  //ops/kernels/cuda:cuda_kernels_test
+  //kernels/cuda:cuda_kernels_test
 )
 BENCHES=()
 EXTRA=()

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "dtensor/data/cifar10.h"
-#include "dtensor/data/idx.h"
 #include "examples/cifar10/synthetic_images.h"
 #include "runtime/error.h"
+#include "train/data/cifar10.h"
+#include "train/data/idx.h"
 
 namespace dtensor::examples {
 namespace {

@@ -1,7 +1,7 @@
 // The training and test sets of examples/cifar10:train and the augmentation each gets:
 //   - CIFAR-10 binaries (--data_dir): the tutorial's pipelines, random 24x24 crop, flip,
 //     brightness, contrast and standardisation for training, central crop and standardisation for
-//     evaluation (dtensor/data/image_augmentation.h);
+//     evaluation (train/data/image_augmentation.h);
 //   - Fashion-MNIST (IDX files): 28x28x1 images in [0, 1], not augmented: the garments are
 //     centred and upright in every image, the test set like the training set, so crops and
 //     brightness jitter would only make the task harder than the one being measured, and the
@@ -15,8 +15,8 @@
 #include <memory>
 #include <string>
 
-#include "dtensor/data/example_source.h"
-#include "dtensor/data/image_augmentation.h"
+#include "train/data/example_source.h"
+#include "train/data/image_augmentation.h"
 
 namespace dtensor::examples {
 

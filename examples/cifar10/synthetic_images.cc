@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "dtensor/data/dataset.h"
+#include "train/data/dataset.h"
 
 namespace dtensor::examples {
 namespace {

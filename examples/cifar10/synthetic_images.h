@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "dtensor/data/example_source.h"
+#include "train/data/example_source.h"
 
 namespace dtensor::examples {
 

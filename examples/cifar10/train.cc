@@ -21,17 +21,17 @@
 #include <vector>
 
 #include "cli/flags.h"
-#include "dtensor/checkpoint/checkpoint.h"
-#include "dtensor/data/dataset.h"
-#include "dtensor/optim/ema.h"
-#include "dtensor/optim/optimizers.h"
-#include "dtensor/optim/weight_decay.h"
 #include "dtensor/runtime.h"
 #include "dtensor/virtual_devices.h"
 #include "examples/cifar10/data.h"
 #include "examples/cifar10/model.h"
 #include "ops/autograd.h"
 #include "ops/ops.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/data/dataset.h"
+#include "train/optim/ema.h"
+#include "train/optim/optimizers.h"
+#include "train/optim/weight_decay.h"
 
 namespace {
 

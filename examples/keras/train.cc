@@ -31,16 +31,16 @@
 #include <vector>
 
 #include "cli/flags.h"
-#include "cli/progress.h"
 #include "cli/tensorboard.h"
-#include "dtensor/data/idx.h"
-#include "dtensor/keras/checkpoint_callbacks.h"
-#include "dtensor/keras/layers.h"
-#include "dtensor/keras/strategy.h"
-#include "dtensor/keras/trainer.h"
 #include "dtensor/runtime.h"
 #include "dtensor/virtual_devices.h"
 #include "ops/ops.h"
+#include "train/data/idx.h"
+#include "train/keras/checkpoint_callbacks.h"
+#include "train/keras/layers.h"
+#include "train/keras/strategy.h"
+#include "train/keras/trainer.h"
+#include "train/progress.h"
 
 namespace {
 

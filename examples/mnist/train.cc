@@ -24,18 +24,18 @@
 
 #include "cli/flags.h"
 #include "cli/plot.h"
-#include "cli/progress.h"
 #include "cli/tensorboard.h"
-#include "dtensor/capture/function.h"
-#include "dtensor/data/dataset.h"
-#include "dtensor/data/idx.h"
-#include "dtensor/optim/optimizers.h"
 #include "dtensor/runtime.h"
 #include "dtensor/virtual_devices.h"
 #include "examples/mnist/model.h"
+#include "kernels/gpu/gpu_kernels.h"
 #include "ops/autograd.h"
-#include "ops/kernels/gpu/gpu_kernels.h"
 #include "ops/ops.h"
+#include "train/capture/function.h"
+#include "train/data/dataset.h"
+#include "train/data/idx.h"
+#include "train/optim/optimizers.h"
+#include "train/progress.h"
 
 namespace {
 

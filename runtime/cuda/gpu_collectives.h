@@ -1,7 +1,7 @@
 // Collectives over GPU meshes of one process: the in-process GPU backend and its registration.
 //
 // The in-process GPU backend runs every collective as device copies and reduction kernels on the
-// members' streams (the block kernels behind ops/kernels/memory.h): it stages members that sit on
+// members' streams (the block kernels behind runtime/element_loops.h): it stages members that sit on
 // other physical GPUs onto the first member's GPU (peer copies), reduces or concatenates there in
 // the CPU's pairwise order (so results are bit-identical to the CPU backend's), and hands each
 // member its own copy of the result (a device-to-device copy on the GPU's one stream for logical

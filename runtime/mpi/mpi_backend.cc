@@ -15,7 +15,9 @@
 #include <thread>
 
 #include "runtime/block.h"
+#include "runtime/collective_agreement.h"
 #include "runtime/mpi/comm_thread.h"
+#include "runtime/mpi/control_channel.h"
 #include "runtime/mpi/mpi_check.h"
 #include "runtime/mpi/shared_reducer.h"
 #include "runtime/shape.h"
@@ -25,8 +27,15 @@ namespace {
 
 // Tag for MPI_Comm_create_group: creations are serialised, so one tag serves all of them.
 constexpr int kCreateGroupTag = 7177;
-// Rank limit of the header a broadcast sends ahead of its data.
-constexpr int64_t kMaxBroadcastRank = 32;
+// Rank limit of a broadcast: the receivers learn the root's shape from its descriptor.
+constexpr int64_t kMaxBroadcastRank = CollectiveDescriptor::kInlineDims;
+
+static_assert(sizeof(CollectiveDescriptor) <= SharedReducer::kExchangeBytes,
+              "a descriptor must fit the shared-memory exchange");
+
+// Whether all-reduces, reduce-scatters, buckets and barriers agree before they run (see
+// set_collective_agreement).
+std::atomic<bool> agreement_on{true};
 
 // The MPI ranks of a group's processes, in group order (one member per process): a member's
 // group position is its rank in the group's communicator.
@@ -321,7 +330,7 @@ class MpiBackend final : public CollectiveBackend {
   std::vector<Tensor> all_reduce(const Group& group, const std::vector<Tensor>& inputs,
                                  ReduceOp op) override {
     require_one_member_per_process(group, inputs.size(), name(), "all_reduce");
-    return {reduce_all(group, inputs[0], op, "all_reduce")};
+    return {reduce_all(group, inputs[0], op, "all_reduce", /*agree_first=*/true)};
   }
 
   std::vector<Tensor> all_gather(const Group& group, const std::vector<Tensor>& inputs,
@@ -330,12 +339,12 @@ class MpiBackend final : public CollectiveBackend {
     const Tensor& in = inputs[0];
     const size_t k = static_cast<size_t>(group.size());
     std::unique_lock<std::mutex> lock = exclusive();
-    MPI_Comm comm = comm_for(ranks_of(group));
-    // Only the sizes along `axis` differ between members.
-    int64_t own = in.dim(axis);
+    // Only the sizes along `axis` differ between members: their descriptors carry them.
+    const std::vector<CollectiveDescriptor> all =
+        agree(group, describe_all_gather(in, axis), "all_gather");
     std::vector<int64_t> sizes(k);
-    check_mpi(MPI_Allgather(&own, 1, MPI_INT64_T, sizes.data(), 1, MPI_INT64_T, comm), "all_gather",
-              "MPI_Allgather");
+    for (size_t p = 0; p < k; ++p) sizes[p] = all[p].free_size;
+    MPI_Comm comm = comm_for(ranks_of(group));
     int64_t total = 0;
     for (int64_t s : sizes) total += s;
     Tensor out = Tensor::empty(with_dim(in.shape(), axis, total), in.dtype(), in.device());
@@ -369,6 +378,10 @@ class MpiBackend final : public CollectiveBackend {
     const int64_t n = in.dim(axis);
     const int self = self_rank(group);
     const ShardRange own = chunk_range(n, k, self);
+    if (agreement_on.load(std::memory_order_relaxed)) {
+      std::unique_lock<std::mutex> lock = exclusive();
+      agree(group, describe_reduce_scatter(in, op, axis), "reduce_scatter");
+    }
     if (leading_extent(in, axis) == 1) {
       // Chunks are contiguous: MPI_Reduce_scatter delivers each process only its chunk.
       const int64_t row = n == 0 ? 0 : in.num_elements() / n;
@@ -385,7 +398,7 @@ class MpiBackend final : public CollectiveBackend {
       return {out};
     }
     // General case: the whole reduction, then this member's chunk.
-    Tensor reduced = reduce_all(group, in, op, "reduce_scatter");
+    Tensor reduced = reduce_all(group, in, op, "reduce_scatter", /*agree_first=*/false);
     std::vector<int64_t> begin(static_cast<size_t>(in.rank()), 0);
     begin[static_cast<size_t>(axis)] = own.offset;
     return {slice_box(reduced, begin, with_dim(in.shape(), axis, own.size))};
@@ -404,8 +417,13 @@ class MpiBackend final : public CollectiveBackend {
     };
 
     std::unique_lock<std::mutex> lock = exclusive();
+    // Members agree on everything but their sizes along concat_axis, which their descriptors carry.
+    const std::vector<CollectiveDescriptor> all =
+        agree(group, describe_all_to_all(in, split_axis, concat_axis), "all_to_all");
+    std::vector<Shape> shapes;
+    for (const CollectiveDescriptor& d : all)
+      shapes.push_back(with_dim(in.shape(), concat_axis, d.free_size));
     MPI_Comm comm = comm_for(ranks_of(group));
-    std::vector<Shape> shapes = member_shapes(group, in, comm, "all_to_all");
     std::vector<int> send_counts, recv_counts;
     std::vector<int64_t> recv_sizes;  // along concat_axis
     for (int64_t q = 0; q < k; ++q) {
@@ -457,29 +475,19 @@ class MpiBackend final : public CollectiveBackend {
     require_one_member_per_process(group, inputs.size(), name(), "broadcast");
     const int root_rank = static_cast<int>(root);
     const bool am_root = self_rank(group) == root_rank;
-    // Header: dtype, rank, dims.
-    std::vector<int64_t> header(2 + kMaxBroadcastRank, 0);
-    Tensor source;
-    if (am_root) {
-      source = inputs[0];
-      if (source.rank() > kMaxBroadcastRank) {
-        throw_error<CommunicationError>("broadcast", "rank {} exceeds the limit of {}",
-                                        source.rank(), kMaxBroadcastRank);
-      }
-      header[0] = static_cast<int64_t>(source.dtype());
-      header[1] = source.rank();
-      for (int64_t d = 0; d < source.rank(); ++d)
-        header[static_cast<size_t>(2 + d)] = source.dim(d);
-    }
     std::unique_lock<std::mutex> lock = exclusive();
-    MPI_Comm comm = comm_for(ranks_of(group));
-    check_mpi(
-        MPI_Bcast(header.data(), static_cast<int>(header.size()), MPI_INT64_T, root_rank, comm),
-        "broadcast", "MPI_Bcast");
-    if (!am_root) {
-      Shape shape(header.begin() + 2, header.begin() + 2 + header[1]);
-      source = Tensor::empty(shape, static_cast<DType>(header[0]), inputs[0].device());
+    // The root's descriptor carries its dtype and shape to the others.
+    const std::vector<CollectiveDescriptor> all =
+        agree(group, describe_broadcast(am_root ? &inputs[0] : nullptr, root), "broadcast");
+    const CollectiveDescriptor& header = all[static_cast<size_t>(root_rank)];
+    if (header.rank > kMaxBroadcastRank) {
+      throw_error<CommunicationError>("broadcast", "rank {} exceeds the limit of {}", header.rank,
+                                      kMaxBroadcastRank);
     }
+    Tensor source = am_root ? inputs[0]
+                            : Tensor::empty(header.shape(), static_cast<DType>(header.dtype),
+                                            inputs[0].device());
+    MPI_Comm comm = comm_for(ranks_of(group));
     check_mpi(
         MPI_Bcast(source.raw_data(), mpi_count(static_cast<int64_t>(source.nbytes()), "broadcast"),
                   MPI_BYTE, root_rank, comm),
@@ -492,13 +500,32 @@ class MpiBackend final : public CollectiveBackend {
     for (const std::vector<Tensor>& members : inputs) {
       require_one_member_per_process(group, members.size(), name(), "all_reduce_start");
     }
-    if (inputs.empty()) return std::make_unique<CompletedCollective>(inputs);
-    if (use_comm_thread_) return start_on_comm_thread(group, inputs, op);
+    std::vector<Tensor> bucket;
+    for (const std::vector<Tensor>& members : inputs) bucket.push_back(members[0]);
+    const CollectiveDescriptor described = describe_all_reduce_start(bucket, op);
+    if (inputs.empty()) {
+      // Nothing to reduce, but a process whose bucket is not empty must not wait for this one.
+      if (agreement_on.load(std::memory_order_relaxed)) {
+        std::unique_lock<std::mutex> lock = exclusive();
+        agree(group, described, "all_reduce_start");
+      }
+      return std::make_unique<CompletedCollective>(inputs);
+    }
+    if (use_comm_thread_) return start_on_comm_thread(group, inputs, op, described);
     const DType dtype = inputs[0][0].dtype();
-    for (const std::vector<Tensor>& members : inputs) {
-      // One MPI call carries one datatype: a mixed bucket takes the blocking path.
-      if (members[0].dtype() != dtype)
-        return CollectiveBackend::all_reduce_start(group, inputs, op);
+    bool mixed = false;
+    for (const std::vector<Tensor>& members : inputs) mixed = mixed || members[0].dtype() != dtype;
+    if (mixed) {
+      // One MPI call carries one datatype: a mixed bucket agrees, then runs the blocking path.
+      if (agreement_on.load(std::memory_order_relaxed)) {
+        std::unique_lock<std::mutex> lock = exclusive();
+        agree(group, described, "all_reduce_start");
+      }
+      std::vector<std::vector<Tensor>> results;
+      for (const Tensor& in : bucket) {
+        results.push_back({reduce_all(group, in, op, "all_reduce_start", /*agree_first=*/false)});
+      }
+      return std::make_unique<CompletedCollective>(std::move(results));
     }
     // The bucket packed into one buffer (a single tensor is sent from where it is).
     int64_t elements = 0;
@@ -515,6 +542,7 @@ class MpiBackend final : public CollectiveBackend {
     }
     auto pending = std::make_unique<MpiPending>(mu_, send, inputs);
     std::unique_lock<std::mutex> lock = exclusive();
+    if (agreement_on.load(std::memory_order_relaxed)) agree(group, described, "all_reduce_start");
     MPI_Comm comm = comm_for(ranks_of(group));
     check_mpi(MPI_Iallreduce(send.raw_data(), pending->received().raw_data(), count,
                              mpi_type(dtype), mpi_op(op, dtype), comm, pending->request()),
@@ -526,10 +554,45 @@ class MpiBackend final : public CollectiveBackend {
   void barrier(const Group& group) override {
     require_one_member_per_process(group, 1, name(), "barrier");
     std::unique_lock<std::mutex> lock = exclusive();
+    if (agreement_on.load(std::memory_order_relaxed)) {
+      // Every member has sent its descriptor: the exchange is the barrier.
+      agree(group, describe_barrier(), "barrier");
+      return;
+    }
     check_mpi(MPI_Barrier(comm_for(ranks_of(group))), "barrier", "MPI_Barrier");
   }
 
  private:
+  // Exchanges descriptors with the other members (over the control channel, or through their
+  // SharedReducer once they have one) and throws
+  // CommunicationError on every member when they disagree (or one has left the job). Returns the
+  // members' descriptors in group order. Caller holds mu_, before any MPI call of the collective
+  // (even the first use's communicator creation, which would wait for a member that is not
+  // coming).
+  std::vector<CollectiveDescriptor> agree(const Group& group, const CollectiveDescriptor& mine,
+                                          const char* function) {
+    const size_t self = static_cast<size_t>(self_rank(group));
+    const std::vector<int> ranks = ranks_of(group);
+    std::vector<CollectiveDescriptor> all;
+    auto shared = reducers_.find(ranks);
+    if (shared != reducers_.end() && shared->second.reducer != nullptr) {
+      // Processes of one host, once their reducer exists (made by the same call on all of them):
+      // through shared memory, asleep while waiting, so that a process that waits for a late one
+      // gives the core back instead of polling MPI.
+      all.resize(ranks.size());
+      shared->second.reducer->exchange(&mine, sizeof(mine), all.data(), [&](int position) {
+        const int who = ranks[static_cast<size_t>(position)];
+        if (has_departed(who, function)) {
+          throw_departed(function, who, ranks[self], mine);
+        }
+      });
+    } else {
+      all = exchange_descriptors(ranks, self, mine, function);
+    }
+    check_agreement(function, all, group.owners, self);
+    return all;
+  }
+
   // mu_, once the communication thread has run everything queued before: this process's MPI
   // calls then go out in program order, as on every other process.
   std::unique_lock<std::mutex> exclusive() {
@@ -542,7 +605,8 @@ class MpiBackend final : public CollectiveBackend {
   // all_reduce of each tensor makes, so the same sums, bit for bit), or for two processes as
   // nonblocking ones polled with yields. The choice is the blocking path's, so results match it.
   std::unique_ptr<PendingCollective> start_on_comm_thread(
-      const Group& group, const std::vector<std::vector<Tensor>>& inputs, ReduceOp op) {
+      const Group& group, const std::vector<std::vector<Tensor>>& inputs, ReduceOp op,
+      const CollectiveDescriptor& described) {
     auto bucket = std::make_shared<ThreadedBucket>();
     bucket->process = group.self;
     for (const std::vector<Tensor>& members : inputs) {
@@ -554,14 +618,17 @@ class MpiBackend final : public CollectiveBackend {
     }
     if (overlap_trace_on()) bucket->queued = now_ms();
     const bool yielding = group.size() == 2 && comm_thread_mode() == 2;
-    const uint64_t ticket =
-        comm_.submit([this, bucket, ranks = ranks_of(group), op, yielding]() noexcept {
+    const uint64_t ticket = comm_.submit(
+        [this, bucket, group, ranks = ranks_of(group), op, yielding, described]() noexcept {
           ThreadedBucket& b = *bucket;
           if (overlap_trace_on()) b.began = now_ms();
           try {
             SharedReducer* reducer = nullptr;
             {
               std::lock_guard<std::mutex> lock(mu_);
+              if (agreement_on.load(std::memory_order_relaxed)) {
+                agree(group, described, "all_reduce_start");
+              }
               reducer = reducer_for(ranks);
             }
             if (reducer != nullptr) {
@@ -627,9 +694,14 @@ class MpiBackend final : public CollectiveBackend {
 
   // The reduction over every member: through their SharedReducer when they share a host, else
   // MPI_Allreduce.
-  Tensor reduce_all(const Group& group, const Tensor& in, ReduceOp op, const char* function) {
+  // With agree_first, the members first agree on the call (when agreement is on).
+  Tensor reduce_all(const Group& group, const Tensor& in, ReduceOp op, const char* function,
+                    bool agree_first) {
     Tensor out = Tensor::empty(in.shape(), in.dtype(), in.device());
     std::unique_lock<std::mutex> lock = exclusive();
+    if (agree_first && agreement_on.load(std::memory_order_relaxed)) {
+      agree(group, describe_all_reduce(in, op), function);
+    }
     MPI_Comm comm = comm_for(ranks_of(group));
     const double began = overlap_trace_on() ? now_ms() : 0;
     if (SharedReducer* reducer = reducer_for(ranks_of(group))) {
@@ -637,10 +709,9 @@ class MpiBackend final : public CollectiveBackend {
       reducer->all_reduce({in}, outputs, op, function);
       shared_reductions.fetch_add(1, std::memory_order_relaxed);
     } else {
-      check_mpi(
-          MPI_Allreduce(in.raw_data(), out.raw_data(), mpi_count(in.num_elements(), function),
-                        mpi_type(in.dtype()), mpi_op(op, in.dtype()), comm),
-          function, "MPI_Allreduce");
+      check_mpi(MPI_Allreduce(in.raw_data(), out.raw_data(), mpi_count(in.num_elements(), function),
+                              mpi_type(in.dtype()), mpi_op(op, in.dtype()), comm),
+                function, "MPI_Allreduce");
     }
     if (overlap_trace_on()) {
       std::fprintf(stderr,
@@ -649,24 +720,6 @@ class MpiBackend final : public CollectiveBackend {
                    static_cast<long long>(group.self), in.nbytes(), began, now_ms());
     }
     return out;
-  }
-
-  // The shape of every member's tensor, in group order (nothing to exchange for scalars).
-  // Caller holds mu_.
-  std::vector<Shape> member_shapes(const Group& group, const Tensor& in, MPI_Comm comm,
-                                   const char* function) {
-    const int rank = static_cast<int>(in.rank());
-    std::vector<Shape> shapes(static_cast<size_t>(group.size()));
-    if (rank == 0) return shapes;
-    std::vector<int64_t> dims(shapes.size() * static_cast<size_t>(rank));
-    check_mpi(
-        MPI_Allgather(in.shape().data(), rank, MPI_INT64_T, dims.data(), rank, MPI_INT64_T, comm),
-        function, "MPI_Allgather");
-    for (size_t p = 0; p < shapes.size(); ++p) {
-      shapes[p].assign(dims.begin() + static_cast<ptrdiff_t>(p) * rank,
-                       dims.begin() + static_cast<ptrdiff_t>(p + 1) * rank);
-    }
-    return shapes;
   }
 
   // The communicator over `processes` (ranks in that order), created on first use. Caller holds
@@ -698,9 +751,9 @@ class MpiBackend final : public CollectiveBackend {
     if (it != reducers_.end()) return it->second.reducer.get();
     SharedWindow& made = reducers_[processes];
     MPI_Comm node = MPI_COMM_NULL;
-    check_mpi(MPI_Comm_split_type(comm_for(processes), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
-                                  &node),
-              "all_reduce", "MPI_Comm_split_type");
+    check_mpi(
+        MPI_Comm_split_type(comm_for(processes), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+        "all_reduce", "MPI_Comm_split_type");
     int size = 0, self = 0;
     MPI_Comm_size(node, &size);
     MPI_Comm_rank(node, &self);
@@ -710,9 +763,9 @@ class MpiBackend final : public CollectiveBackend {
       MPI_Info_create(&info);
       MPI_Info_set(info, "alloc_shared_noncontig", "true");
       void* mine = nullptr;
-      const int rc = MPI_Win_allocate_shared(
-          static_cast<MPI_Aint>(SharedReducer::segment_bytes(size)), 1, info, node, &mine,
-          &made.window);
+      const int rc =
+          MPI_Win_allocate_shared(static_cast<MPI_Aint>(SharedReducer::segment_bytes(size)), 1,
+                                  info, node, &mine, &made.window);
       MPI_Info_free(&info);
       // Without shared memory (no such MPI component, no room for it) all stay on MPI.
       int ok = rc == MPI_SUCCESS ? 1 : 0;
@@ -723,8 +776,8 @@ class MpiBackend final : public CollectiveBackend {
         for (int p = 0; p < size; ++p) {
           MPI_Aint bytes = 0;
           int unit = 0;
-          check_mpi(MPI_Win_shared_query(made.window, p, &bytes, &unit, &segments[p]),
-                    "all_reduce", "MPI_Win_shared_query");
+          check_mpi(MPI_Win_shared_query(made.window, p, &bytes, &unit, &segments[p]), "all_reduce",
+                    "MPI_Win_shared_query");
         }
         std::memset(mine, 0, SharedReducer::kHeaderBytes);
         check_mpi(MPI_Barrier(node), "all_reduce", "MPI_Barrier");  // every header zeroed
@@ -786,6 +839,8 @@ class MpiBackend final : public CollectiveBackend {
 }  // namespace
 
 std::shared_ptr<CollectiveBackend> make_mpi_backend() { return std::make_shared<MpiBackend>(); }
+
+void set_collective_agreement(bool on) { agreement_on.store(on, std::memory_order_relaxed); }
 
 int64_t shared_memory_reductions() { return shared_reductions.load(std::memory_order_relaxed); }
 

@@ -9,6 +9,14 @@
 //
 // Every process of a group must make the same calls in the same order, which SPMD programs do;
 // collectives over distinct groups are issued one at a time (MPI calls are serialised by a lock).
+// Before any data moves, the members agree on each call: they exchange a small descriptor (kind,
+// op, dtype, shapes, tensor count; runtime/collective_agreement.h) over the control channel
+// (runtime/mpi/control_channel.h), or through their SharedReducer once processes of one host
+// have one (asleep while waiting, like the reduction), and all throw CommunicationError naming the
+// collective, this process's call and a disagreeing one's when they differ, staying in step. The
+// exchange also carries what all-gather, all-to-all and broadcast need to know of the others'
+// shapes, and finds a member that has left the job (its program ended) instead of waiting for it
+// forever.
 //
 // All-reduces among processes of one host go through a SharedReducer (runtime/mpi/
 // shared_reducer.h) over an MPI shared-memory window made on first use: no MPI call, waits asleep,
@@ -39,6 +47,11 @@
 namespace dtensor {
 
 std::shared_ptr<CollectiveBackend> make_mpi_backend();
+
+// For benchmarks: whether all-reduces, reduce-scatters, buckets and barriers agree before they
+// run (the default). Off, a disagreement goes unnoticed or hangs; all-gather, all-to-all and
+// broadcast exchange descriptors anyway, since they carry the members' shapes. Process-wide.
+void set_collective_agreement(bool on);
 
 // How many all-reduces (blocking ones and buckets) this process's MPI backends have run through
 // shared memory so far: for tests and tools.

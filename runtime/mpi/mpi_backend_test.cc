@@ -87,12 +87,15 @@ TEST_CASE("all-reduce among processes of one host throws on every process when s
   const Group group = everyone();
   const int64_t n = this_process().index == 0 ? 10 : 11;
   CHECK_THROWS_AS(backend->all_reduce(group, {mine(n)}, ReduceOp::kSum), CommunicationError);
-  CHECK_THROWS_WITH(
-      backend->all_reduce(group, {mine(n)}, ReduceOp::kSum),
-      "[all_reduce] the processes reduce different tensors (this process: 1 tensors, " +
-          std::to_string(n) +
-          " elements); every process must make the same collective calls, with the same shapes, "
-          "dtypes and op, in the same order");
+  const int64_t self = this_process().index;
+  const int64_t other = self == 0 ? 1 : 0;  // the first process whose call differs
+  CHECK_THROWS_WITH(backend->all_reduce(group, {mine(n)}, ReduceOp::kSum),
+                    "[all_reduce] the processes disagree on a collective: process " +
+                        std::to_string(self) + " (this one) calls all_reduce(sum) of f32 [" +
+                        std::to_string(n) + "], process " + std::to_string(other) +
+                        " calls all_reduce(sum) of f32 [" + std::to_string(self == 0 ? 11 : 10) +
+                        "]; every process must make the same collective calls, with the same "
+                        "shapes, dtypes and op, in the same order");
   // Every process stays in step: the next call reduces normally.
   const Tensor sum = backend->all_reduce(group, {mine(4)}, ReduceOp::kMax)[0];
   CHECK(sum.num_elements() == 4);

@@ -23,6 +23,8 @@ struct SharedReducer::Header {
   std::atomic<uint32_t> sleepers;  // set by a process before it sleeps on `step`
   char padding[56];
   uint64_t check;  // the description of the piece this process is reducing
+  char padding2[56];
+  char exchanged[2][kExchangeBytes];  // exchange()'s messages, by the parity of their step
 };
 
 namespace {
@@ -78,8 +80,7 @@ T combine(T a, T b, ReduceOp op) {
 
 // out[i] = v[0][i] op v[1][i] op ... in process order; then copied to `back`.
 template <typename T>
-void fold_span(const std::vector<const T*>& v, T* __restrict out, T* back, size_t n,
-               ReduceOp op) {
+void fold_span(const std::vector<const T*>& v, T* __restrict out, T* back, size_t n, ReduceOp op) {
   if constexpr (std::is_same_v<T, BFloat16>) {
     for (size_t i = 0; i < n; ++i) {  // in f32, rounded once
       float acc = static_cast<float>(v[0][i]);
@@ -127,7 +128,7 @@ char* SharedReducer::area(int process, uint64_t piece) const {
   return segments_[static_cast<size_t>(process)] + kHeaderBytes + (piece % 2) * area_bytes_;
 }
 
-void SharedReducer::arrive_and_wait() {
+void SharedReducer::arrive_and_wait(const std::function<void(int process)>* waiting_for) {
   const uint32_t step = ++step_;
   Header& mine = *reinterpret_cast<Header*>(segments_[static_cast<size_t>(self_)]);
   // Sequentially consistent with the sleepers' flag below: either a sleeper sees the new step
@@ -149,7 +150,10 @@ void SharedReducer::arrive_and_wait() {
       other.sleepers.store(1, std::memory_order_seq_cst);
       const uint32_t seen = other.step.load(std::memory_order_seq_cst);
       arrived = reached(seen, step);
-      if (!arrived) futex_wait(&other.step, seen);
+      if (!arrived) {
+        futex_wait(&other.step, seen);
+        if (waiting_for != nullptr) (*waiting_for)(static_cast<int>(p));
+      }
     }
   }
 }
@@ -161,7 +165,8 @@ void SharedReducer::all_reduce(const std::vector<Tensor>& inputs, std::vector<Te
   bucket_check_ = static_cast<uint64_t>(op) * 0x9e3779b97f4a7c15ull + inputs.size();
   for (const Tensor& in : inputs) {
     bucket_check_ = bucket_check_ * 1099511628211ull +
-                    static_cast<uint64_t>(in.num_elements()) * 8 + static_cast<uint64_t>(in.dtype());
+                    static_cast<uint64_t>(in.num_elements()) * 8 +
+                    static_cast<uint64_t>(in.dtype());
   }
   const uint64_t pieces_before = pieces_;
   // Cut the bucket into pieces of at most one area, runs aligned inside it.
@@ -187,6 +192,21 @@ void SharedReducer::all_reduce(const std::vector<Tensor>& inputs, std::vector<Te
   }
   // A bucket of empty tensors still meets the others once, so all check they agree.
   if (!runs.empty() || pieces_ == pieces_before) reduce_piece(runs, inputs, outputs, op, function);
+}
+
+void SharedReducer::exchange(const void* mine, size_t bytes, void* all,
+                             const std::function<void(int process)>& waiting_for) {
+  DTENSOR_CHECK(bytes <= kExchangeBytes);
+  // A slot is rewritten two steps later, once every process has passed the step in between, so
+  // after it has read the slot.
+  const size_t slot = (step_ + 1) % 2;
+  std::memcpy(reinterpret_cast<Header*>(segments_[static_cast<size_t>(self_)])->exchanged[slot],
+              mine, bytes);
+  arrive_and_wait(&waiting_for);
+  for (size_t p = 0; p < segments_.size(); ++p) {
+    std::memcpy(static_cast<char*>(all) + p * bytes,
+                reinterpret_cast<const Header*>(segments_[p])->exchanged[slot], bytes);
+  }
 }
 
 void SharedReducer::reduce_piece(const std::vector<Run>& runs, const std::vector<Tensor>& inputs,

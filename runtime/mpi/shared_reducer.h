@@ -7,7 +7,8 @@
 // (and the transfer crawls). Here each process does its own share of the work whenever it runs
 // (copy in, combine its chunk, copy the other chunks out) and sleeps on a futex while it waits
 // for the others, so a wait gives the core back and a busy host loses nothing to spinning. It is
-// also faster than Open MPI's shared-memory all-reduce above a few hundred KB (bench/mpi_allreduce).
+// also faster than Open MPI's shared-memory all-reduce above a few hundred KB
+// (bench/mpi_allreduce).
 //
 // Layout: process p owns segment p, segment_bytes(P) long: a header with its step counter, the
 // flag others set before they sleep on that counter and its check word, then two areas of
@@ -30,12 +31,16 @@
 // MPI. Each piece's description is checked against every other process's: a mismatch throws
 // CommunicationError on all of them instead of mixing unrelated bytes.
 //
+// exchange() lets the processes trade a small message (the MPI backend's agreement on each
+// collective, runtime/collective_agreement.h) the same way: one arrival, asleep while waiting.
+//
 // Thread-safety: one call at a time per SharedReducer (the MPI backend serialises them).
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "runtime/reduce_op.h"
@@ -45,7 +50,9 @@ namespace dtensor {
 
 class SharedReducer {
  public:
-  static constexpr size_t kHeaderBytes = 128;
+  // Largest message exchange() trades.
+  static constexpr size_t kExchangeBytes = 320;
+  static constexpr size_t kHeaderBytes = 128 + 2 * kExchangeBytes;
   // Bytes of one area for `processes` processes: 8 MiB shared among them, 64 KiB at least.
   static size_t area_bytes(int processes);
   // Bytes of one process's segment.
@@ -62,6 +69,13 @@ class SharedReducer {
   void all_reduce(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs, ReduceOp op,
                   const char* function);
 
+  // Every process publishes `bytes` bytes (at most kExchangeBytes, the same on all) from `mine`;
+  // all[p * bytes ...] receives process p's. Every process must call it at the same point of its
+  // sequence of calls. While it waits for process p (asleep, every 2 ms or so) it calls
+  // waiting_for(p), which may throw to give up (the reducer is then unusable).
+  void exchange(const void* mine, size_t bytes, void* all,
+                const std::function<void(int process)>& waiting_for);
+
  private:
   struct Run;  // a stretch of one tensor's elements inside a piece
   struct Header;
@@ -69,7 +83,7 @@ class SharedReducer {
                     std::vector<Tensor>& outputs, ReduceOp op, const char* function);
   // Publishes this process's next step and waits (spinning briefly, then asleep) until every
   // other process has published it too.
-  void arrive_and_wait();
+  void arrive_and_wait(const std::function<void(int process)>* waiting_for = nullptr);
   char* area(int process, uint64_t piece) const;
 
   std::vector<char*> segments_;

@@ -3,6 +3,7 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <map>
@@ -13,9 +14,11 @@
 
 #include "runtime/backend_registry.h"
 #include "runtime/block.h"
+#include "runtime/collective_agreement.h"
 #include "runtime/cuda/gpu_collectives.h"
 #include "runtime/cuda/gpu_devices.h"
 #include "runtime/cuda/transfer.h"
+#include "runtime/mpi/control_channel.h"
 #include "runtime/process.h"
 
 namespace dtensor {
@@ -81,6 +84,14 @@ class NcclBackend final : public CollectiveBackend {
                                  ReduceOp op) override {
     const char* fn = "all_reduce";
     std::lock_guard<std::mutex> lock(mu_);
+    agree(group, inputs, describe_all_reduce(inputs.at(0), op), fn);
+    return reduce_all(group, inputs, op, fn);
+  }
+
+ private:
+  // The NCCL all-reduce, with no agreement. Caller holds mu_.
+  std::vector<Tensor> reduce_all(const Group& group, const std::vector<Tensor>& inputs, ReduceOp op,
+                                 const char* fn) {
     Comms& c = comms_for(group, inputs, fn);
     std::vector<Tensor> out;
     for (const Tensor& in : inputs)
@@ -93,10 +104,12 @@ class NcclBackend final : public CollectiveBackend {
     return out;
   }
 
+ public:
   std::vector<Tensor> all_gather(const Group& group, const std::vector<Tensor>& inputs,
                                  int64_t axis) override {
     const char* fn = "all_gather";
     std::lock_guard<std::mutex> lock(mu_);
+    agree(group, inputs, describe_all_gather(inputs.at(0), axis), fn);
     Comms& c = comms_for(group, inputs, fn);
     const std::vector<Shape> shapes = member_shapes(group, c, inputs, fn);
     Shape shape = inputs[0].shape();
@@ -136,9 +149,11 @@ class NcclBackend final : public CollectiveBackend {
   std::vector<Tensor> reduce_scatter(const Group& group, const std::vector<Tensor>& inputs,
                                      ReduceOp op, int64_t axis) override {
     // An all-reduce, then each member keeps its chunk: uneven chunks need no padding.
-    std::vector<Tensor> reduced = all_reduce(group, inputs, op);
+    const char* fn = "reduce_scatter";
     std::lock_guard<std::mutex> lock(mu_);
-    Comms& c = comms_for(group, inputs, "reduce_scatter");
+    agree(group, inputs, describe_reduce_scatter(inputs.at(0), op, axis), fn);
+    std::vector<Tensor> reduced = reduce_all(group, inputs, op, fn);
+    Comms& c = comms_for(group, inputs, fn);
     std::vector<Tensor> out;
     for (size_t i = 0; i < reduced.size(); ++i) {
       const ShardRange r = chunk_range(reduced[i].dim(axis), group.size(), c.ranks[i]);
@@ -155,6 +170,7 @@ class NcclBackend final : public CollectiveBackend {
                                  int64_t split_axis, int64_t concat_axis) override {
     const char* fn = "all_to_all";
     std::lock_guard<std::mutex> lock(mu_);
+    agree(group, inputs, describe_all_to_all(inputs.at(0), split_axis, concat_axis), fn);
     Comms& c = comms_for(group, inputs, fn);
     const std::vector<Shape> shapes = member_shapes(group, c, inputs, fn);
     const int64_t k = group.size();
@@ -214,6 +230,9 @@ class NcclBackend final : public CollectiveBackend {
                                 int64_t root) override {
     const char* fn = "broadcast";
     std::lock_guard<std::mutex> lock(mu_);
+    const std::vector<int64_t> local = group.local_positions();
+    const bool root_here = std::find(local.begin(), local.end(), root) != local.end();
+    agree(group, inputs, describe_broadcast(root_here ? &inputs.at(0) : nullptr, root), fn);
     Comms& c = comms_for(group, inputs, fn);
     const std::vector<Shape> shapes = member_shapes(group, c, inputs, fn);
     std::vector<Tensor> out;
@@ -235,10 +254,27 @@ class NcclBackend final : public CollectiveBackend {
           Tensor::zeros({1}, DType::kF32,
                         Device{DeviceType::kGPU, group.devices[static_cast<size_t>(position)]}));
     }
-    all_reduce(group, one, ReduceOp::kSum);
+    std::lock_guard<std::mutex> lock(mu_);
+    agree(group, one, describe_barrier(), "barrier");
+    reduce_all(group, one, ReduceOp::kSum, "barrier");
   }
 
  private:
+  // Processes of a group spanning several (one member each) agree on the call over MPI's control
+  // channel (runtime/mpi/control_channel.h) before any NCCL call, even the communicators' first
+  // creation: a disagreement throws CommunicationError on every process, a process that has left
+  // the job is found instead of waited for. Members of one process make one call: nothing to
+  // agree on. Caller holds mu_.
+  void agree(const Group& group, const std::vector<Tensor>& inputs,
+             const CollectiveDescriptor& mine, const char* fn) {
+    const std::vector<int64_t> local = group.local_positions();
+    // comms_for rejects other shapes of groups.
+    if (local.size() != 1 || inputs.size() != 1 || group.size() == 1) return;
+    const std::vector<int> processes(group.owners.begin(), group.owners.end());
+    const size_t self = static_cast<size_t>(local[0]);
+    check_agreement(fn, exchange_descriptors(processes, self, mine, fn), group.owners, self);
+  }
+
   // The communicators of `group`, created on first use. Caller holds mu_.
   Comms& comms_for(const Group& group, const std::vector<Tensor>& inputs, const char* fn) {
     auto it = comms_.find(group.devices);

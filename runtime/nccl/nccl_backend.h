@@ -14,6 +14,11 @@
 // group must reach the same collective in the same order (SPMD). Communicators are non-blocking
 // (ncclConfig_t::blocking = 0).
 //
+// Agreement: across processes, every call first exchanges a small descriptor over MPI's control
+// channel (runtime/mpi/control_channel.h, runtime/collective_agreement.h), before any NCCL call:
+// processes that disagree (op, dtype, shapes, kind) all throw CommunicationError naming the
+// collective and both calls, and a process that has left the job is found, not waited for.
+//
 // Errors and hangs: after issuing a collective the host polls the streams and
 // ncclCommGetAsyncError; an NCCL error, or no completion within the timeout
 // (DTENSOR_NCCL_TIMEOUT seconds, default 300), aborts the group's communicators

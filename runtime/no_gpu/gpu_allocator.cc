@@ -28,7 +28,7 @@ class NoGpuAllocator final : public Allocator {
 
 }  // namespace
 
-// Weak, like ops/kernels/no_gpu: a GPU test of the default build links
+// Weak, like kernels/no_gpu: a GPU test of the default build links
 // //runtime/cuda:gpu_allocator beside this stub, and its definitions take precedence.
 [[gnu::weak]] Allocator& gpu_allocator() {
   static auto* allocator = new NoGpuAllocator;

@@ -1,0 +1,117 @@
+// gather and its adjoint scatter_add.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/internal.h"
+
+namespace dtensor::kernels::cpu {
+namespace {
+
+using internal::describe;
+
+// Reads every index as i64, checking it against [0, limit).
+std::vector<int64_t> checked_indices(const char* op, const Tensor& indices, int64_t limit) {
+  std::vector<int64_t> result(static_cast<size_t>(indices.num_elements()));
+  visit_dtype(indices.dtype(), [&](auto tag) {
+    using I = decltype(tag);
+    if constexpr (std::is_same_v<I, int32_t> || std::is_same_v<I, int64_t>) {
+      const I* p = indices.data<I>();
+      for (size_t i = 0; i < result.size(); ++i) result[i] = static_cast<int64_t>(p[i]);
+    }
+  });
+  for (size_t i = 0; i < result.size(); ++i) {
+    if (result[i] < 0 || result[i] >= limit) {
+      throw_error<InvalidArgumentError>(
+          op, "index {} at position {} is outside [0, {})", result[i],
+          internal::position_to_string(static_cast<int64_t>(i), indices.shape()), limit);
+    }
+  }
+  return result;
+}
+
+// shape[:axis] + indices.shape + shape[axis+1:]
+Shape gathered_shape(const Shape& shape, const Shape& indices, int64_t axis) {
+  Shape out(shape.begin(), shape.begin() + axis);
+  out.insert(out.end(), indices.begin(), indices.end());
+  out.insert(out.end(), shape.begin() + axis + 1, shape.end());
+  return out;
+}
+
+template <typename T>
+void scatter_rows(const T* updates, T* out, const std::vector<int64_t>& index,
+                  const internal::AxisView& view) {
+  const int64_t count = static_cast<int64_t>(index.size());
+  const int64_t inner = view.inner;
+  for (int64_t o = 0; o < view.outer; ++o) {
+    for (int64_t j = 0; j < count; ++j) {
+      T* __restrict dst = out + (o * view.n + index[static_cast<size_t>(j)]) * inner;
+      const T* __restrict src = updates + (o * count + j) * inner;
+      for (int64_t k = 0; k < inner; ++k) dst[k] = internal::add(dst[k], src[k]);
+    }
+  }
+}
+
+}  // namespace
+
+Tensor gather(const Tensor& params, const Tensor& indices, int64_t axis) {
+  if (params.rank() < 1) {
+    throw_error<ShapeError>("gather", "params must have rank >= 1, got {}", describe(params));
+  }
+  internal::check_index_dtype("gather", indices, "indices");
+  const int64_t ax = internal::normalize_axis("gather", axis, params);
+  const internal::AxisView view = internal::view_around_axis(params.shape(), ax);
+  const std::vector<int64_t> index = checked_indices("gather", indices, view.n);
+  Tensor out = Tensor::empty(gathered_shape(params.shape(), indices.shape(), ax), params.dtype(),
+                             params.device());
+  if (out.num_elements() == 0) return out;
+  const int64_t count = static_cast<int64_t>(index.size());
+  internal::visit_element_size(dtype_size(params.dtype()), [&](auto tag) {
+    using U = decltype(tag);
+    const U* src = static_cast<const U*>(params.raw_data());
+    U* dst = static_cast<U*>(out.raw_data());
+    for (int64_t o = 0; o < view.outer; ++o) {
+      for (int64_t j = 0; j < count; ++j) {
+        const U* row = src + (o * view.n + index[static_cast<size_t>(j)]) * view.inner;
+        std::copy_n(row, view.inner, dst);
+        dst += view.inner;
+      }
+    }
+  });
+  return out;
+}
+
+Tensor scatter_add(const Shape& shape, const Tensor& indices, const Tensor& updates, int64_t axis) {
+  const char* op = "scatter_add";
+  validate_shape(shape, op);
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  if (rank < 1) throw_error<ShapeError>(op, "output shape must have rank >= 1, got []");
+  if (axis < -rank || axis >= rank) {
+    throw_error<InvalidArgumentError>(op, "axis {} is out of range for {}", axis,
+                                      shape_to_string(shape));
+  }
+  const int64_t ax = axis < 0 ? axis + rank : axis;
+  internal::check_index_dtype(op, indices, "indices");
+  if (updates.dtype() == DType::kBool) internal::throw_unsupported(op, updates);
+  const Shape expected = gathered_shape(shape, indices.shape(), ax);
+  if (updates.shape() != expected) {
+    throw_error<ShapeError>(op,
+                            "updates {} should have shape {} for indices {} into {} along axis {}",
+                            describe(updates), shape_to_string(expected), describe(indices),
+                            shape_to_string(shape), ax);
+  }
+  const internal::AxisView view = internal::view_around_axis(shape, ax);
+  const std::vector<int64_t> index = checked_indices(op, indices, view.n);
+  if (updates.dtype() == DType::kBF16) {
+    Tensor f = scatter_add(shape, indices, internal::bf16_to_f32(updates), axis);
+    return internal::f32_to_bf16(f);
+  }
+  Tensor out = Tensor::zeros(shape, updates.dtype(), updates.device());
+  internal::visit_numeric(updates.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    scatter_rows<T>(updates.data<T>(), out.data<T>(), index, view);
+  });
+  return out;
+}
+
+}  // namespace dtensor::kernels::cpu

@@ -1,0 +1,106 @@
+#include "kernels/cpu/internal.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace dtensor::kernels::cpu::internal {
+
+std::string position_to_string(int64_t flat, const Shape& shape) {
+  std::vector<int64_t> index(shape.size(), 0);
+  for (size_t d = shape.size(); d-- > 0;) {
+    index[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return shape_to_string(index);
+}
+
+int64_t normalize_axis(const char* op, int64_t axis, const Tensor& x) {
+  const int64_t rank = x.rank();
+  if (axis < -rank || axis >= rank) {
+    throw_error<InvalidArgumentError>(op, "axis {} is out of range for {}", axis, describe(x));
+  }
+  return axis < 0 ? axis + rank : axis;
+}
+
+AxisView view_around_axis(const Shape& shape, int64_t axis) {
+  AxisView view;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    if (d < axis) view.outer *= shape[d];
+    if (d == axis) view.n = shape[d];
+    if (d > axis) view.inner *= shape[d];
+  }
+  return view;
+}
+
+Shape reduced_shape(const Shape& shape, int64_t axis, bool keepdims) {
+  Shape out = shape;
+  if (keepdims) {
+    out[axis] = 1;
+  } else {
+    out.erase(out.begin() + axis);
+  }
+  return out;
+}
+
+void check_index_dtype(const char* op, const Tensor& t, const char* what) {
+  if (t.dtype() != DType::kI32 && t.dtype() != DType::kI64) {
+    throw_error<DTypeError>(op, "{} must be i32 or i64, got {}", what, describe(t));
+  }
+}
+
+void throw_unsupported(const char* op, const Tensor& t) {
+  throw_error<DTypeError>(op, "unsupported dtype {}: {}", dtype_name(t.dtype()), describe(t));
+}
+
+Tensor bf16_to_f32(const Tensor& x) {
+  Tensor out = Tensor::empty(x.shape(), DType::kF32, x.device());
+  const BFloat16* __restrict src = x.data<BFloat16>();
+  float* __restrict dst = out.data<float>();
+  const int64_t n = x.num_elements();
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u = static_cast<uint32_t>(src[i].bits) << 16;
+    std::memcpy(&dst[i], &u, sizeof(u));
+  }
+  return out;
+}
+
+Tensor f32_to_bf16(const Tensor& x) {
+  Tensor out = Tensor::empty(x.shape(), DType::kBF16, x.device());
+  const float* __restrict src = x.data<float>();
+  BFloat16* __restrict dst = out.data<BFloat16>();
+  const int64_t n = x.num_elements();
+  for (int64_t i = 0; i < n; ++i) {
+    // Same rounding as BFloat16(float), written branch-free so that the loop vectorizes.
+    uint32_t u;
+    std::memcpy(&u, &src[i], sizeof(u));
+    uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
+    bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+    dst[i].bits =
+        nan ? static_cast<uint16_t>((u >> 16) | 0x40u) : static_cast<uint16_t>(rounded >> 16);
+  }
+  return out;
+}
+
+bool try_broadcast_shapes(const Shape& a, const Shape& b, Shape* out) {
+  const size_t rank = std::max(a.size(), b.size());
+  out->assign(rank, 1);
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t da = d + a.size() >= rank ? a[d + a.size() - rank] : 1;
+    const int64_t db = d + b.size() >= rank ? b[d + b.size() - rank] : 1;
+    if (da != db && da != 1 && db != 1) return false;
+    (*out)[d] = da == 1 ? db : da;
+  }
+  return true;
+}
+
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  for (size_t j = 0; j < from.size(); ++j) {
+    int64_t t = to[to.size() - from.size() + j];
+    if (from[j] != 1 && from[j] != t) return false;
+  }
+  return true;
+}
+
+}  // namespace dtensor::kernels::cpu::internal

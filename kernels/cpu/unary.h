@@ -1,0 +1,21 @@
+// Write-into entry points of the CPU unary kernels, for callers that plan their own buffers (the
+// fused elementwise segments of a captured step, train/capture/program.h). They run the very
+// element routine unary() runs, so results are bitwise those of unary(). Stateless; thread-safe
+// for distinct outputs.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernel_types.h"
+#include "runtime/dtype.h"
+
+namespace dtensor::kernels::cpu {
+
+// True if unary_into handles `op` on `dtype`: every dtype unary() accepts except bf16 (which
+// unary() widens and rounds per call).
+bool unary_into_supported(UnaryOp op, DType dtype);
+
+// y[i] = op(x[i]) for i < n, elements of `dtype`. y may equal x.
+void unary_into(UnaryOp op, DType dtype, const void* x, void* y, int64_t n);
+
+}  // namespace dtensor::kernels::cpu

@@ -1,0 +1,109 @@
+#include "kernels/cuda/internal.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "runtime/cuda/gpu_devices.h"
+#include "runtime/cuda/transfer.h"
+#include "runtime/error.h"
+
+namespace dtensor::kernels::cuda_internal {
+
+cudaStream_t stream_of(const Tensor& t, const char* op) { return cuda::activate(t.device(), op); }
+
+std::vector<int64_t> strides_of(const Shape& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;) s[d - 1] = s[d] * shape[d];
+  return s;
+}
+
+namespace {
+void check_rank(size_t rank, const char* op) {
+  if (rank > static_cast<size_t>(cuda_launch::kMaxRank)) {
+    throw_error<UnimplementedError>(op, "GPU kernels take tensors of rank <= {}, got rank {}",
+                                    cuda_launch::kMaxRank, rank);
+  }
+}
+}  // namespace
+
+StridedIndex contiguous(const Shape& shape, const char* op) {
+  check_rank(shape.size(), op);
+  StridedIndex idx;
+  idx.rank = static_cast<int>(shape.size());
+  const std::vector<int64_t> s = strides_of(shape);
+  for (size_t d = 0; d < shape.size(); ++d) {
+    idx.dims[d] = shape[d];
+    idx.strides[d] = s[d];
+  }
+  return idx;
+}
+
+StridedIndex broadcast(const Shape& in, const Shape& out, const char* op) {
+  check_rank(out.size(), op);
+  StridedIndex idx;
+  idx.rank = static_cast<int>(out.size());
+  const std::vector<int64_t> s = strides_of(in);
+  const size_t lead = out.size() - in.size();
+  for (size_t d = 0; d < out.size(); ++d) {
+    idx.dims[d] = out[d];
+    idx.strides[d] = (d < lead || in[d - lead] == 1) ? 0 : s[d - lead];
+  }
+  return idx;
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  const size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1) {
+      throw_error<ShapeError>(op, "incompatible shapes for broadcasting: {} vs {}",
+                              shape_to_string(a), shape_to_string(b));
+    }
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+void throw_dtype(const char* op, const Tensor& t) {
+  throw_error<DTypeError>(op, "unsupported dtype {}: {}", dtype_name(t.dtype()), describe(t));
+}
+
+int64_t normalize_axis(const char* op, int64_t axis, const Tensor& x) {
+  const int64_t rank = x.rank();
+  if (axis < -rank || axis >= rank) {
+    throw_error<InvalidArgumentError>(op, "axis {} is out of range for {}", axis, describe(x));
+  }
+  return axis < 0 ? axis + rank : axis;
+}
+
+Tensor to_f32(const Tensor& x) {
+  Tensor y = Tensor::empty(x.shape(), DType::kF32, x.device());
+  cuda_launch::cast(code(x.dtype()), code(DType::kF32), x.raw_data(), y.raw_data(),
+                    x.num_elements(), stream_of(x, "cast"));
+  return y;
+}
+
+Tensor to_bf16(const Tensor& x) {
+  Tensor y = Tensor::empty(x.shape(), DType::kBF16, x.device());
+  cuda_launch::cast(code(x.dtype()), code(DType::kBF16), x.raw_data(), y.raw_data(),
+                    x.num_elements(), stream_of(x, "cast"));
+  return y;
+}
+
+Tensor make_flag(const Tensor& on) {
+  Tensor flag = Tensor::empty({1}, DType::kI64, on.device());
+  // -1 is the largest value as the unsigned atomicMin of the kernels sees it: "no error".
+  cuda_launch::fill(code(DType::kI64), flag.raw_data(), 1, -1.0, stream_of(on, "flag"));
+  return flag;
+}
+
+int64_t read_flag(const int64_t* device_flag, const Tensor& on) {
+  int64_t value = 0;
+  cuda::copy_to_host(&value, device_flag, sizeof(value), on.device());
+  return value;
+}
+
+}  // namespace dtensor::kernels::cuda_internal

@@ -1,0 +1,214 @@
+// Data movement on the GPU: transpose, concat, slice, pad, gather and scatter_add. Every box copy
+// is one strided_copy launch over StridedIndex views.
+#include "kernels/cuda/internal.h"
+#include "kernels/gpu/gpu_kernels.h"
+#include "runtime/cuda/transfer.h"
+
+namespace dtensor::kernels::gpu {
+
+using namespace cuda_internal;
+
+namespace {
+
+// Copies `src` whole into the box of `dst` at `begin`.
+void copy_into(const Tensor& src, Tensor& dst, const std::vector<int64_t>& begin, const char* op) {
+  if (src.num_elements() == 0) return;
+  StridedIndex to = contiguous(src.shape(), op);
+  const std::vector<int64_t> ds = strides_of(dst.shape());
+  for (int d = 0; d < to.rank; ++d) {
+    to.strides[d] = ds[static_cast<size_t>(d)];
+    to.base += begin[static_cast<size_t>(d)] * ds[static_cast<size_t>(d)];
+  }
+  cuda_launch::strided_copy(static_cast<int>(dtype_size(src.dtype())), src.raw_data(),
+                            contiguous(src.shape(), op), dst.raw_data(), to, src.num_elements(),
+                            stream_of(src, op));
+}
+
+struct Rows {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+Rows rows_around(const Shape& shape, int64_t axis) {
+  Rows r;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    const int64_t s = shape[static_cast<size_t>(d)];
+    if (d < axis) r.outer *= s;
+    if (d == axis) r.n = s;
+    if (d > axis) r.inner *= s;
+  }
+  return r;
+}
+
+void check_indices(const char* op, const Tensor& indices) {
+  if (indices.dtype() != DType::kI32 && indices.dtype() != DType::kI64) {
+    throw_error<DTypeError>(op, "indices must be i32 or i64, got {}", describe(indices));
+  }
+}
+
+[[noreturn]] void throw_bad_index(const char* op, const Tensor& indices, int64_t position,
+                                  int64_t size) {
+  int64_t value = 0;
+  const size_t esize = dtype_size(indices.dtype());
+  cuda::copy_to_host(&value, static_cast<const char*>(indices.raw_data()) + position * esize, esize,
+                     indices.device());
+  if (esize == 4) value = static_cast<int32_t>(value);
+  throw_error<InvalidArgumentError>(op, "index {} at position {} is outside [0, {})", value,
+                                    position, size);
+}
+
+}  // namespace
+
+Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm) {
+  const char* op = "transpose";
+  const int64_t rank = x.rank();
+  std::vector<bool> seen(static_cast<size_t>(rank), false);
+  bool valid = static_cast<int64_t>(perm.size()) == rank;
+  for (size_t i = 0; valid && i < perm.size(); ++i) {
+    valid = perm[i] >= 0 && perm[i] < rank && !seen[static_cast<size_t>(perm[i])];
+    if (valid) seen[static_cast<size_t>(perm[i])] = true;
+  }
+  if (!valid) {
+    throw_error<InvalidArgumentError>(op, "perm is not a permutation of the dims of {}",
+                                      describe(x));
+  }
+  Shape shape(static_cast<size_t>(rank));
+  for (size_t i = 0; i < perm.size(); ++i) shape[i] = x.shape()[static_cast<size_t>(perm[i])];
+  Tensor y = Tensor::empty(shape, x.dtype(), x.device());
+  StridedIndex from = contiguous(shape, op);
+  const std::vector<int64_t> xs = strides_of(x.shape());
+  for (size_t i = 0; i < perm.size(); ++i) from.strides[i] = xs[static_cast<size_t>(perm[i])];
+  cuda_launch::strided_copy(static_cast<int>(dtype_size(x.dtype())), x.raw_data(), from,
+                            y.raw_data(), contiguous(shape, op), y.num_elements(),
+                            stream_of(x, op));
+  return y;
+}
+
+Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
+  const char* op = "concat";
+  const Tensor& first = xs.front();
+  const int64_t ax = normalize_axis(op, axis, first);
+  Shape shape = first.shape();
+  shape[static_cast<size_t>(ax)] = 0;
+  for (const Tensor& x : xs) {
+    Shape other = x.shape();
+    if (x.dtype() != first.dtype() || x.rank() != first.rank()) {
+      throw_error<ShapeError>(op, "inputs {} and {} do not concatenate", describe(first),
+                              describe(x));
+    }
+    other[static_cast<size_t>(ax)] = 0;
+    Shape mine = first.shape();
+    mine[static_cast<size_t>(ax)] = 0;
+    if (other != mine) {
+      throw_error<ShapeError>(op, "inputs {} and {} differ outside axis {}", describe(first),
+                              describe(x), axis);
+    }
+    shape[static_cast<size_t>(ax)] += x.shape()[static_cast<size_t>(ax)];
+  }
+  Tensor out = Tensor::empty(shape, first.dtype(), first.device());
+  std::vector<int64_t> begin(shape.size(), 0);
+  for (const Tensor& x : xs) {
+    copy_into(x, out, begin, op);
+    begin[static_cast<size_t>(ax)] += x.shape()[static_cast<size_t>(ax)];
+  }
+  return out;
+}
+
+Tensor slice(const Tensor& x, const std::vector<int64_t>& begin, const Shape& size) {
+  const char* op = "slice";
+  if (static_cast<int64_t>(begin.size()) != x.rank() ||
+      static_cast<int64_t>(size.size()) != x.rank()) {
+    throw_error<InvalidArgumentError>(op, "begin and size need {} entries for {}", x.rank(),
+                                      describe(x));
+  }
+  Shape extent = size;
+  for (size_t d = 0; d < extent.size(); ++d) {
+    if (extent[d] == -1) extent[d] = x.shape()[d] - begin[d];
+    if (begin[d] < 0 || extent[d] < 0 || begin[d] + extent[d] > x.shape()[d]) {
+      throw_error<InvalidArgumentError>(op, "box at {} of size {} is outside {}", begin[d],
+                                        extent[d], describe(x));
+    }
+  }
+  Tensor y = Tensor::empty(extent, x.dtype(), x.device());
+  if (y.num_elements() == 0) return y;
+  StridedIndex from = contiguous(extent, op);
+  const std::vector<int64_t> xs = strides_of(x.shape());
+  for (size_t d = 0; d < extent.size(); ++d) {
+    from.strides[d] = xs[d];
+    from.base += begin[d] * xs[d];
+  }
+  cuda_launch::strided_copy(static_cast<int>(dtype_size(x.dtype())), x.raw_data(), from,
+                            y.raw_data(), contiguous(extent, op), y.num_elements(),
+                            stream_of(x, op));
+  return y;
+}
+
+Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& paddings,
+           double value) {
+  const char* op = "pad";
+  if (static_cast<int64_t>(paddings.size()) != x.rank()) {
+    throw_error<InvalidArgumentError>(op, "paddings need {} entries for {}", x.rank(), describe(x));
+  }
+  Shape shape = x.shape();
+  std::vector<int64_t> begin(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (paddings[d].first < 0 || paddings[d].second < 0) {
+      throw_error<InvalidArgumentError>(op, "paddings must be >= 0 for {}", describe(x));
+    }
+    shape[d] += paddings[d].first + paddings[d].second;
+    begin[d] = paddings[d].first;
+  }
+  Tensor y = Tensor::empty(shape, x.dtype(), x.device());
+  cuda_launch::fill(code(x.dtype()), y.raw_data(), y.num_elements(), value, stream_of(x, op));
+  copy_into(x, y, begin, op);
+  return y;
+}
+
+Tensor gather(const Tensor& params, const Tensor& indices, int64_t axis) {
+  const char* op = "gather";
+  check_indices(op, indices);
+  const int64_t ax = normalize_axis(op, axis, params);
+  const Rows r = rows_around(params.shape(), ax);
+  Shape shape(params.shape().begin(), params.shape().begin() + ax);
+  shape.insert(shape.end(), indices.shape().begin(), indices.shape().end());
+  shape.insert(shape.end(), params.shape().begin() + ax + 1, params.shape().end());
+  Tensor out = Tensor::empty(shape, params.dtype(), params.device());
+  Tensor bad = make_flag(params);
+  cuda_launch::gather(static_cast<int>(dtype_size(params.dtype())), params.raw_data(), r.outer, r.n,
+                      r.inner, code(indices.dtype()), indices.raw_data(), indices.num_elements(),
+                      out.raw_data(), static_cast<int64_t*>(bad.raw_data()), stream_of(params, op));
+  const int64_t position = read_flag(static_cast<const int64_t*>(bad.raw_data()), params);
+  if (position >= 0) throw_bad_index(op, indices, position, r.n);
+  return out;
+}
+
+Tensor scatter_add(const Shape& shape, const Tensor& indices, const Tensor& updates, int64_t axis) {
+  const char* op = "scatter_add";
+  check_indices(op, indices);
+  if (updates.dtype() == DType::kBool) throw_dtype(op, updates);
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  if (axis < -rank || axis >= rank) {
+    throw_error<InvalidArgumentError>(op, "axis {} is out of range for {}", axis,
+                                      shape_to_string(shape));
+  }
+  const int64_t ax = axis < 0 ? axis + rank : axis;
+  Shape expected(shape.begin(), shape.begin() + ax);
+  expected.insert(expected.end(), indices.shape().begin(), indices.shape().end());
+  expected.insert(expected.end(), shape.begin() + ax + 1, shape.end());
+  if (updates.shape() != expected) {
+    throw_error<ShapeError>(op, "updates {} do not match {} with indices {} (expected {})",
+                            describe(updates), shape_to_string(shape), describe(indices),
+                            shape_to_string(expected));
+  }
+  const Rows r = rows_around(shape, ax);
+  Tensor out = Tensor::empty(shape, updates.dtype(), updates.device());
+  Tensor bad = make_flag(updates);
+  cuda_launch::scatter_add(code(updates.dtype()), updates.raw_data(), r.outer, r.n, r.inner,
+                           code(indices.dtype()), indices.raw_data(), indices.num_elements(),
+                           out.raw_data(), static_cast<int64_t*>(bad.raw_data()),
+                           stream_of(updates, op));
+  const int64_t position = read_flag(static_cast<const int64_t*>(bad.raw_data()), updates);
+  if (position >= 0) throw_bad_index(op, indices, position, r.n);
+  return out;
+}
+
+}  // namespace dtensor::kernels::gpu

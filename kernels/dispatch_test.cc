@@ -1,0 +1,104 @@
+// The kernel front: dispatch on the inputs' device type, the error for mixed device types, and
+// the GPU stub of a build without CUDA.
+#include <catch2/catch.hpp>
+
+#include "kernels/kernels.h"
+#include "kernels/optimizer_update.h"
+#include "runtime/element_loops.h"
+
+using namespace dtensor;
+using namespace dtensor::kernels;
+using Catch::Message;
+
+namespace {
+// A GPU-tagged handle on host storage: this build cannot allocate GPU memory, and the front only
+// looks at the tag before the stub throws.
+Tensor on_gpu(const Tensor& t, int64_t id = 0) { return t.with_device({DeviceType::kGPU, id}); }
+}  // namespace
+
+TEST_CASE("the front runs CPU tensors on the CPU kernels, on any CPU device") {
+  Tensor a = Tensor::zeros({2, 3}, DType::kF32, {DeviceType::kCPU, 0});
+  Tensor b = Tensor::zeros({3}, DType::kF32, {DeviceType::kCPU, 5});
+  Tensor sum = binary(BinaryOp::kAdd, a, b);
+  CHECK(sum.shape() == Shape{2, 3});
+  CHECK(sum.device() == Device{DeviceType::kCPU, 0});
+  CHECK(concat({a, a}, 0).shape() == Shape{4, 3});
+}
+
+TEST_CASE("inputs on different device types are an error naming the op and devices") {
+  Tensor a = Tensor::zeros({2, 3}, DType::kF32);
+  Tensor b = on_gpu(Tensor::zeros({3}, DType::kF32));
+  CHECK_THROWS_MATCHES(binary(BinaryOp::kAdd, a, b), InvalidArgumentError,
+                       Message("[add] inputs are on CPU:0 and GPU:0 (f32[2,3] and f32[3]); a "
+                               "kernel runs on one device type"));
+  CHECK_THROWS_MATCHES(matmul(a, on_gpu(Tensor::zeros({3, 4}, DType::kF32), 2)),
+                       InvalidArgumentError,
+                       Message("[matmul] inputs are on CPU:0 and GPU:2 (f32[2,3] and f32[3,4]); "
+                               "a kernel runs on one device type"));
+  Tensor bias = on_gpu(Tensor::zeros({4}, DType::kF32));
+  CHECK_THROWS_MATCHES(dense(a, Tensor::zeros({3, 4}, DType::kF32), &bias, std::nullopt),
+                       InvalidArgumentError,
+                       Message("[dense] inputs are on CPU:0 and GPU:0 (f32[2,3] and f32[4]); a "
+                               "kernel runs on one device type"));
+  CHECK_THROWS_MATCHES(concat({a, on_gpu(a)}, 0), InvalidArgumentError,
+                       Message("[concat] inputs are on CPU:0 and GPU:0 (f32[2,3] and f32[2,3]); "
+                               "a kernel runs on one device type"));
+  CHECK_THROWS_MATCHES(layer_norm(a, Tensor::zeros({3}, DType::kF32), on_gpu(b), 1e-5),
+                       InvalidArgumentError,
+                       Message("[layer_norm] inputs are on CPU:0 and GPU:0 (f32[2,3] and f32[3]); "
+                               "a kernel runs on one device type"));
+}
+
+TEST_CASE("GPU tensors reach the GPU stub, which names the op") {
+  Tensor x = on_gpu(Tensor::zeros({2, 3}, DType::kF32));
+  const char* tail = " GPU kernels are not built into this binary (built without CUDA)";
+  CHECK_THROWS_MATCHES(matmul(x, on_gpu(Tensor::zeros({3, 4}, DType::kF32))), UnimplementedError,
+                       Message(std::string("[matmul]") + tail));
+  CHECK_THROWS_MATCHES(unary(UnaryOp::kRelu, x), UnimplementedError,
+                       Message(std::string("[relu]") + tail));
+  CHECK_THROWS_MATCHES(binary(BinaryOp::kMul, x, x), UnimplementedError,
+                       Message(std::string("[mul]") + tail));
+  CHECK_THROWS_MATCHES(reduce(ReduceKind::kMean, x, {0}, false), UnimplementedError,
+                       Message(std::string("[reduce_mean]") + tail));
+  CHECK_THROWS_MATCHES(softmax(x, -1), UnimplementedError,
+                       Message(std::string("[softmax]") + tail));
+  CHECK_THROWS_MATCHES(concat({x, x}, 0), UnimplementedError,
+                       Message(std::string("[concat]") + tail));
+  CHECK_THROWS_MATCHES(transpose(x, {1, 0}), UnimplementedError,
+                       Message(std::string("[transpose]") + tail));
+  // Shape arithmetic is host-only and needs no GPU kernel.
+  CHECK(broadcast_shapes({2, 1}, {3}, "add") == Shape{2, 3});
+}
+
+TEST_CASE("the runtime's element loops dispatch the same way") {
+  Tensor cpu = Tensor::zeros({2, 3}, DType::kF32);
+  Tensor gpu = on_gpu(Tensor::zeros({2, 3}, DType::kF32));
+  const char* tail = " GPU kernels are not built into this binary (built without CUDA)";
+  CHECK_THROWS_MATCHES(copy_box_elements(cpu, {0, 0}, gpu, {0, 0}, {2, 3}), InvalidArgumentError,
+                       Message("[copy_box] inputs are on CPU:0 and GPU:0 (f32[2,3] and f32[2,3]); "
+                               "a kernel runs on one device type"));
+  CHECK_THROWS_MATCHES(copy_box_elements(gpu, {0, 0}, gpu, {0, 0}, {2, 3}), UnimplementedError,
+                       Message(std::string("[copy_box]") + tail));
+  CHECK_THROWS_MATCHES(reduce_range_elements(gpu, gpu, ReduceOp::kSum, 0, 6), UnimplementedError,
+                       Message(std::string("[reduce_into]") + tail));
+  CHECK_THROWS_MATCHES(reduce_tensors_into(cpu, {cpu, gpu}, ReduceOp::kMax), InvalidArgumentError,
+                       Message("[reduce_tensors] inputs are on CPU:0 and GPU:0 (f32[2,3] and "
+                               "f32[2,3]); a kernel runs on one device type"));
+  CHECK_THROWS_MATCHES(fill_value(gpu, 1.0), UnimplementedError,
+                       Message(std::string("[fill]") + tail));
+  CHECK_THROWS_MATCHES(fill_random(gpu, {2, 3}, {0, 0}, RandomSpec{}), UnimplementedError,
+                       Message(std::string("[random_uniform]") + tail));
+  CHECK_THROWS_MATCHES(adam_update(gpu, gpu, gpu, gpu, gpu, gpu, gpu, {0.9, 0.999, 0.1, 1e-7, 1}),
+                       UnimplementedError, Message(std::string("[Adam]") + tail));
+  CHECK_THROWS_MATCHES(sgd_update(cpu, gpu, cpu, 0.1), InvalidArgumentError,
+                       Message("[SGD] inputs are on CPU:0 and GPU:0 (f32[2,3] and f32[2,3]); a "
+                               "kernel runs on one device type"));
+  // And the CPU halves run.
+  Tensor ones = Tensor::empty({2, 3}, DType::kF32);
+  fill_value(ones, 1.0);
+  Tensor out = Tensor::empty({2, 3}, DType::kF32);
+  sgd_update(ones, ones, out, 0.5);
+  CHECK(out.data<float>()[5] == 0.5f);
+  reduce_range_elements(out, ones, ReduceOp::kSum, 0, 6);
+  CHECK(out.data<float>()[0] == 1.5f);
+}
