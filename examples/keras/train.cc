@@ -15,7 +15,8 @@
 // bits); --eager runs it op by op. Each epoch prints the median step time.
 //
 // Flags: `--help` lists them with their defaults; relative paths are taken from where `bazel run`
-// was started. Under mpirun --replicas is the total over all processes.
+// was started. Under mpirun --replicas is the total over all processes. --strategy picks the
+// tf.distribute strategy (mirrored by default; see strategies_test.sh).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -59,6 +61,7 @@ struct Flags {
   std::string metrics_out;
   std::string tensorboard_dir;
   bool eager = false;
+  std::string strategy = "mirrored";
 };
 
 void define_flags(cli::Flags& cli, Flags& f) {
@@ -86,6 +89,16 @@ void define_flags(cli::Flags& cli, Flags& f) {
                cli::PathKind::kOutputFile);
   cli.add_bool("--eager", &f.eager,
                "run the train step op by op instead of as a captured (traced, replayed) step");
+  cli.add_string("--strategy", &f.strategy,
+                 "mirrored, multi_worker_mirrored, central_storage (one process) or one_device "
+                 "(one process, --replicas=1)",
+                 [](const std::string& v) -> std::string {
+                   if (v == "mirrored" || v == "multi_worker_mirrored" || v == "central_storage" ||
+                       v == "one_device") {
+                     return "";
+                   }
+                   return "unknown strategy '" + v + "'";
+                 });
   cli.add_path("--tensorboard_dir", &f.tensorboard_dir,
                "folder for TensorBoard event files (the epoch logs as scalars)",
                cli::PathKind::kOutputDir);
@@ -158,6 +171,28 @@ uint64_t checksum(const std::vector<DVariable>& vars) {
   return h;
 }
 
+// The strategy --strategy names, with --replicas replicas over all processes.
+std::unique_ptr<keras::Strategy> make_strategy(const Runtime& rt, const Flags& f) {
+  const int64_t per_process = f.replicas / rt.num_processes();
+  if (f.strategy == "multi_worker_mirrored") {
+    return std::make_unique<keras::MultiWorkerMirroredStrategy>(per_process);
+  }
+  if (f.strategy == "central_storage" || f.strategy == "one_device") {
+    if (rt.num_processes() != 1) {
+      throw_error<InvalidArgumentError>("train", "--strategy={} runs in one process, not {}",
+                                        f.strategy, rt.num_processes());
+    }
+    if (f.strategy == "one_device") {
+      if (f.replicas != 1) {
+        throw_error<InvalidArgumentError>("train", "--strategy=one_device needs --replicas=1");
+      }
+      return std::make_unique<keras::OneDeviceStrategy>();
+    }
+    return std::make_unique<keras::CentralStorageStrategy>(f.replicas);
+  }
+  return std::make_unique<keras::MirroredStrategy>();
+}
+
 int train(Runtime& rt, const Flags& f) {
   if (f.replicas < 1 || f.replicas % rt.num_processes() != 0) {
     throw_error<InvalidArgumentError>("train",
@@ -168,8 +203,9 @@ int train(Runtime& rt, const Flags& f) {
   configure_virtual_cpus(f.replicas / rt.num_processes());
   const bool main_process = rt.process_index() == 0;
 
-  // Create a MirroredStrategy over every device.
-  keras::MirroredStrategy strategy;
+  // Create the strategy: by default a MirroredStrategy over every device.
+  std::unique_ptr<keras::Strategy> chosen = make_strategy(rt, f);
+  const keras::Strategy& strategy = *chosen;
   if (main_process) fmt::print("Number of devices: {}\n", strategy.num_replicas_in_sync());
 
   // Open a strategy scope: everything that creates variables goes in it.
@@ -315,7 +351,7 @@ int main(int argc, char** argv) {
   return dtensor::run_main(argc, argv, [&](dtensor::Runtime& rt) {
     Flags flags;
     dtensor::cli::Flags cli("train",
-                            "The Keras distributed-training guide: MirroredStrategy, fit, "
+                            "The Keras distributed-training guide: a tf.distribute strategy, fit, "
                             "checkpoints and resume.");
     define_flags(cli, flags);
     if (std::optional<int> code = cli.parse(argc, argv, rt.process_index() == 0)) return *code;

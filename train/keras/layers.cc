@@ -22,7 +22,7 @@ void Dense::build(int64_t input_dim, uint64_t seed) {
                                       input_dim);
   }
   if (name_.empty()) throw_error<InvalidArgumentError>(fn, "the layer has no name");
-  const MirroredStrategy& strategy = current_strategy();
+  const Strategy& strategy = get_strategy();
   const double limit = std::sqrt(6.0 / static_cast<double>(input_dim + units_));
   kernel_.emplace(
       random_uniform({input_dim, units_}, strategy.replicated_layout(2), seed, -limit, limit),

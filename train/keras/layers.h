@@ -5,7 +5,7 @@
 //   keras::Sequential model(784, {keras::Dense(700, relu), keras::Dense(10)}, /*seed=*/22);
 //
 // Variables are created when a layer is built (Sequential builds its layers in its constructor,
-// in order), replicated on the mesh of current_strategy() of the building thread. Kernels are
+// in order), replicated on the mesh of get_strategy() of the building thread. Kernels are
 // Glorot-uniform with counter-based randomness (dtensor/creation.h): the same seed gives the same
 // values on any number of replicas. Biases start at zero.
 //

@@ -73,13 +73,20 @@ TEST_CASE("scopes make a strategy current on this thread") {
     auto outer = a.scope();
     CHECK(&current_strategy() == &a);
     {
-      auto inner = b.scope();
-      CHECK(&current_strategy() == &b);
-      // Layers built here get b's replicated layout.
+      // The same strategy (or a copy) nests; layers built here get its replicated layout.
+      MirroredStrategy copy = a;
+      auto inner = copy.scope();
+      CHECK(&current_strategy() == &copy);
       Dense d(3, {}, "d");
       d.build(5, 1);
-      CHECK(d.variables()[0].layout() == b.replicated_layout(2));
+      CHECK(d.variables()[0].layout() == a.replicated_layout(2));
     }
+    CHECK(&current_strategy() == &a);
+    // Another strategy's scope does not: tf.distribute refuses to mix strategies.
+    CHECK_THROWS_MATCHES(b.scope(), InvalidArgumentError,
+                         Message("[Strategy::scope] cannot enter the scope of MirroredStrategy on "
+                                 "mesh replica=2 inside the scope of MirroredStrategy on mesh "
+                                 "replica=4: strategies do not mix"));
     CHECK(&current_strategy() == &a);
   }
   CHECK(current_strategy().num_replicas_in_sync() == 1);
@@ -124,8 +131,8 @@ TEST_CASE("a distributed dataset gives each replica its slice of the global batc
   }
   CHECK(ds.batches_per_epoch() == 3);
   // Over an example source: the same batches.
-  data::Dataset from_source = s.distribute_dataset(data::tensor_examples(iota_f32({n, width}),
-                                                                          labels_of(n)));
+  data::Dataset from_source =
+      s.distribute_dataset(data::tensor_examples(iota_f32({n, width}), labels_of(n)));
   from_source.batch(10);
   std::optional<data::Batch> same = from_source.next();
   REQUIRE(same);

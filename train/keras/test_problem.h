@@ -1,8 +1,9 @@
 // Test support: a small classification problem (synthetic digits, a 784-16-10 MLP, Adam, the
-// accuracy metric) on a MirroredStrategy, built identically every time.
+// accuracy metric) on a MirroredStrategy, or any strategy, built identically every time.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "ops/ops.h"
@@ -18,7 +19,10 @@ constexpr int64_t kBatch = 16;  // 6 batches per epoch
 
 struct Problem {
   explicit Problem(int64_t replicas = 4, int64_t examples = kExamples)
-      : strategy(replicas),
+      : Problem(std::make_shared<MirroredStrategy>(replicas), examples) {}
+  explicit Problem(std::shared_ptr<const Strategy> s, int64_t examples = kExamples)
+      : strategy_storage(std::move(s)),
+        strategy(*strategy_storage),
         digits(data::synthetic_digits(examples, 3)),
         test_digits(data::synthetic_digits(48, 4)),
         train(strategy.distribute_dataset(digits.images, digits.labels)),
@@ -30,7 +34,7 @@ struct Problem {
     train.shuffle(7).batch(kBatch).repeat();
     test.batch(kBatch);
   }
-  static Sequential make_model(const MirroredStrategy& s) {
+  static Sequential make_model(const Strategy& s) {
     auto scope = s.scope();
     return Sequential(784, {Dense(16, relu), Dense(10)}, 21);
   }
@@ -40,7 +44,8 @@ struct Problem {
     return out;
   }
 
-  MirroredStrategy strategy;
+  std::shared_ptr<const Strategy> strategy_storage;
+  const Strategy& strategy;
   data::MnistSplit digits, test_digits;
   data::Dataset train, test;
   Sequential model;

@@ -173,6 +173,19 @@ class MetricsGuard {
   std::vector<std::pair<double*, double>> saved_;
 };
 
+// The data and the model must come from one strategy: batches on the mesh of the variables.
+void check_same_mesh(const Model& model, const data::Dataset& data, const char* what,
+                     const char* fn) {
+  const std::vector<DVariable> vars = model.variables();
+  if (vars.empty() || vars.front().value().mesh() == data.mesh()) return;
+  throw_error<MeshError>(fn,
+                         "the {} is on mesh {}, the model's variables on mesh {}: build both "
+                         "with one strategy (in its scope, and with its "
+                         "experimental_distribute_dataset)",
+                         what, data.mesh().dims_string(),
+                         vars.front().value().mesh().dims_string());
+}
+
 void check_callbacks(const std::vector<Callback*>& callbacks, const char* fn) {
   for (size_t i = 0; i < callbacks.size(); ++i) {
     if (callbacks[i] == nullptr) throw_error<InvalidArgumentError>(fn, "callback {} is null", i);
@@ -210,6 +223,7 @@ Logs Trainer::run_evaluation(data::Dataset& data, int64_t steps, CallbackList& c
 
 Logs Trainer::evaluate(data::Dataset& data, const EvaluateOptions& options) {
   check_callbacks(options.callbacks, "Trainer::evaluate");
+  check_same_mesh(model_, data, "data", "Trainer::evaluate");
   for (Callback* c : options.callbacks) c->trainer_ = this;
   CallbackList callbacks(options.callbacks);
   return run_evaluation(data, options.steps, callbacks);
@@ -230,6 +244,10 @@ History Trainer::fit(data::Dataset& train, const FitOptions& options) {
                                       options.validation_freq);
   }
   check_callbacks(options.callbacks, fn);
+  check_same_mesh(model_, train, "training data", fn);
+  if (options.validation_data != nullptr) {
+    check_same_mesh(model_, *options.validation_data, "validation data", fn);
+  }
   if (options.validation_data == &train) {
     throw_error<InvalidArgumentError>(
         fn,

@@ -14,9 +14,9 @@
 // the first batch of each shape, replayed after, to eager's bits) unless run_eagerly is set
 // (Keras's compile(run_eagerly=True)); the loss and metric trackers read the results outside it.
 // Nothing here is specific to one device or many: the batch's layout (batch-sharded from a Dataset,
-// e.g. MirroredStrategy::distribute_dataset) and the variables' layouts decide the parallelism, and
-// the gradient of each replicated variable is all-reduced once, where the tape brings it to the
-// variable's layout.
+// e.g. Strategy::experimental_distribute_dataset of any strategy in strategy.h) and the variables'
+// layouts decide the parallelism, and the gradient of each replicated variable is all-reduced
+// once, where the tape brings it to the variable's layout.
 //
 // Data. fit draws batches with next() from the dataset's current position; an epoch is
 // steps_per_epoch batches (default: the dataset's batches_per_epoch()). Configure repeat() so the
@@ -106,11 +106,12 @@ class Trainer {
 
   // Trains for options.epochs epochs (see the header comment). Throws InvalidArgumentError for
   // bad options (negative counts, validation_freq < 1, a null callback, no batches per epoch,
-  // validation_data that is `train` itself);
+  // validation_data that is `train` itself); MeshError when the training or validation data is on
+  // another mesh than the model's variables (a model and data of different strategies);
   // exceptions from the model, the data or a callback end the fit and propagate.
   History fit(data::Dataset& train, const FitOptions& options = {});
   // The loss and metrics over `data` ("loss", metric names). Leaves the training metrics as they
-  // were.
+  // were. MeshError as fit's for data on another mesh than the model's variables.
   Logs evaluate(data::Dataset& data, const EvaluateOptions& options = {});
   // model.call(inputs, /*training=*/false).
   DTensor predict(const DTensor& inputs);
