@@ -60,7 +60,7 @@ remove_run() {  # everything of the run with prefix $1
     ip netns delete "$ns" 2>/dev/null || true
     rm -rf "/etc/netns/$ns"
   done
-  rm -rf "/tmp/$1.cluster"
+  rm -rf "/tmp/$1.cluster" "${TMPDIR:-/tmp}/ompi.$1-host"*
 }
 
 cleanup() {
@@ -74,11 +74,19 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM HUP
 
-# Leftovers of runs that were killed before they could clean up (their PID is gone).
+# Whether process $1 is a live run of this script (a killed one may linger as a zombie where
+# nothing reaps orphans, or its PID may have been reused).
+run_alive() {
+  [[ -r /proc/$1/stat && -r /proc/$1/cmdline ]] || return 1
+  [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) != Z ]] || return 1
+  tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -q netns_cluster
+}
+
+# Leftovers of runs that were killed before they could clean up (their process is gone).
 for ns in $(namespaces_of 'dtc[0-9]+-'); do
   owner=${ns%%-*}
   owner=${owner#dtc}
-  if ! kill -0 "$owner" 2>/dev/null; then remove_run "dtc$owner"; fi
+  if ! run_alive "$owner"; then remove_run "dtc$owner"; fi
 done
 
 ip netns add "$switch" 2>/dev/null || die "cannot make a network namespace ('ip netns add' failed; root in a sandbox without /run/netns?)"
