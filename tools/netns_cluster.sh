@@ -24,6 +24,9 @@
 #                         NETNS_CLUSTER_NAMESPACES and NETNS_CLUSTER_HOSTNAMES (space-separated);
 #                         the switch port of host k is p<k>. Failure tests use it to take a link
 #                         down mid-run. It is ended (by its PID) with the run.
+# A lost host ends the job within seconds (TCP keepalives and tcp_retries2=3, see
+# docs/multi_host.md); after mpirun returns, processes still on the hosts get 15 s to end, then are
+# killed and named ("processes left on the hosts").
 # The exit status is mpirun's (124 when the job was killed for time).
 set -euo pipefail
 
@@ -45,17 +48,21 @@ prefix="dtc$$"
 switch="$prefix-sw"
 work=""
 hook_pid=""
+job_ended=0
 
 namespaces_of() {  # the namespaces whose names start with $1
   ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$1" || true
 }
 
+pids_in_run() {  # the processes inside the namespaces of the run with prefix $1
+  local ns
+  for ns in $(namespaces_of "$1-"); do ip netns pids "$ns" 2>/dev/null || true; done
+}
+
 remove_run() {  # everything of the run with prefix $1
   local ns pid
-  for ns in $(namespaces_of "$1-"); do
-    # Processes still inside (daemons of a killed job): started by this run, ended by PID.
-    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
-  done
+  # Processes still inside (daemons of a killed job): started by this run, ended by PID.
+  for pid in $(pids_in_run "$1"); do kill -9 "$pid" 2>/dev/null || true; done
   for ns in $(namespaces_of "$1-"); do
     ip netns delete "$ns" 2>/dev/null || true
     rm -rf "/etc/netns/$ns"
@@ -67,6 +74,20 @@ cleanup() {
   local code=$?
   trap - EXIT INT TERM HUP
   if [[ -n $hook_pid ]]; then kill "$hook_pid" 2>/dev/null || true; wait "$hook_pid" 2>/dev/null || true; fi
+  # Once mpirun has returned, a host cut off from it may still hold processes that end on their
+  # own (its daemon finds its lifeline lost): up to 15 s for them, then the rest are named.
+  if [[ $job_ended -eq 1 ]]; then
+    local left
+    for _ in $(seq 1 150); do
+      left=$(pids_in_run "$prefix" | sort -n | tr '\n' ' ')
+      [[ -n ${left// /} ]] || break
+      sleep 0.1
+    done
+    if [[ -n ${left// /} ]]; then
+      echo "netns_cluster: processes left on the hosts 15 s after mpirun ended, killed: $left" >&2
+      ps -o pid=,args= -p "${left// /,}" 2>/dev/null | sed 's/^/netns_cluster:   /' >&2 || true
+    fi
+  fi
   remove_run "$prefix"
   exit "$code"
 }
@@ -106,6 +127,9 @@ for ((k = 0; k < hosts; k++)); do
   ip -n "$ns" addr add "$subnet.$((k + 1))/24" dev eth0
   ip -n "$ns" link set eth0 up
   ip -n "$ns" link set lo up
+  # Unacknowledged data to a host that is gone fails the connection after about 3 s (3 retries
+  # from a 200 ms timeout) instead of 15 minutes; idle connections have keepalives (below).
+  ip netns exec "$ns" sysctl -qw net.ipv4.tcp_retries2=3
   names+=("$name")
   spaces+=("$ns")
   echo "$name slots=$per_host" >>"$work/hostfile"
@@ -163,6 +187,12 @@ if [[ -n "${TEST_TMPDIR:-}" ]]; then
   export TMPDIR=$TEST_TMPDIR OMPI_MCA_orte_tmpdir_base=$TEST_TMPDIR \
     OMPI_MCA_btl_vader_backing_directory=$TEST_TMPDIR OMPI_MCA_osc_sm_backing_directory=$TEST_TMPDIR
 fi
+# A host whose link goes down is noticed within about 5 s (TCP keepalives on the daemons'
+# connections, 2 s idle then 3 probes 1 s apart): mpirun ends the job naming the lost host and
+# the cut-off host's daemon ends its processes, instead of both waiting forever.
+export OMPI_MCA_oob_tcp_keepalive_time=${OMPI_MCA_oob_tcp_keepalive_time:-2}
+export OMPI_MCA_oob_tcp_keepalive_intvl=${OMPI_MCA_oob_tcp_keepalive_intvl:-1}
+export OMPI_MCA_oob_tcp_keepalive_probes=${OMPI_MCA_oob_tcp_keepalive_probes:-3}
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 cidr="$subnet.0/24"
 set +e
@@ -174,5 +204,6 @@ timeout --kill-after=10 "${DTENSOR_MPI_TIMEOUT:-240}" \
   --mca btl tcp,self,vader --mca btl_tcp_if_include "$cidr" --mca oob_tcp_if_include "$cidr" \
   "$@"
 code=$?
+job_ended=1
 set -e
 exit "$code"
