@@ -11,9 +11,9 @@ require_namespace_hosts
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 for topology in "2 2" "4 1"; do
   read -r hosts per_host <<<"$topology"
-  DTENSOR_EXPECT_HOSTS=$hosts run_on_hosts "$tmp/hosts.log" "$hosts" "$per_host" "$hosts_test"
+  DTENSOR_EXPECT_HOSTS=$hosts run_on_hosts "$cluster" "$tmp/hosts.log" "$hosts" "$per_host" "$hosts_test"
   grep -q "All tests passed" "$tmp/hosts.log" || { cat "$tmp/hosts.log"; exit 1; }
-  run_on_hosts "$tmp/conformance.log" "$hosts" "$per_host" "$conformance" "~[local]"
+  run_on_hosts "$cluster" "$tmp/conformance.log" "$hosts" "$per_host" "$conformance" "~[local]"
   grep -q "All tests passed" "$tmp/conformance.log" || { cat "$tmp/conformance.log"; exit 1; }
   grep "All tests passed" "$tmp/conformance.log" | head -1
 done

@@ -23,7 +23,7 @@ test_line() {
 test_line "$tmp/one.log"
 for topology in "2 2" "4 1"; do
   read -r hosts per_host <<<"$topology"
-  run_on_hosts "$tmp/hosts$hosts.log" "$hosts" "$per_host" "$train" "${common[@]}" \
+  run_on_hosts "$cluster" "$tmp/hosts$hosts.log" "$hosts" "$per_host" "$train" "${common[@]}" \
     --checkpoint_dir="$tmp/hosts$hosts" --metrics_out="$tmp/hosts$hosts.json"
   test_line "$tmp/hosts$hosts.log"
   same_metrics "$tmp/one.json" "$tmp/hosts$hosts.json" 1e-6 || { cat "$tmp/one.json" "$tmp/hosts$hosts.json"; exit 1; }

@@ -17,11 +17,11 @@ require_namespace_hosts() {
 # Seconds since the epoch, with fractions.
 now() { date +%s.%N; }
 
-# Runs `netns_cluster.sh HOSTS PER_HOST program...`, output to LOG; prints the log and fails the
-# test when the job fails.
+# run_on_hosts CLUSTER LOG HOSTS PER_HOST program...: runs `CLUSTER HOSTS PER_HOST program...`
+# (tools/netns_cluster.sh), output to LOG; prints the log and fails the test when the job fails.
 run_on_hosts() {
-  local log=$1
-  shift
+  local cluster=$1 log=$2
+  shift 2
   local start
   start=$(now)
   if ! "$cluster" "$@" >"$log" 2>&1; then

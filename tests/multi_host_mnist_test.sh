@@ -13,7 +13,7 @@ flags=(--mesh=batch=8 --epochs=2 --train_limit=1024 --test_limit=256 --batch_siz
 for topology in "2 2" "4 1"; do
   read -r hosts per_host <<<"$topology"
   out="$tmp/hosts$hosts.json"
-  run_on_hosts "$tmp/hosts$hosts.log" "$hosts" "$per_host" "$train" "${flags[@]}" --metrics_out="$out"
+  run_on_hosts "$cluster" "$tmp/hosts$hosts.log" "$hosts" "$per_host" "$train" "${flags[@]}" --metrics_out="$out"
   grep -q '^Epoch 2/2 - ' "$tmp/hosts$hosts.log" || { echo "no epoch line in:"; cat "$tmp/hosts$hosts.log"; exit 1; }
   same_metrics "$tmp/one.json" "$out" 1e-6 || { echo "one process:"; cat "$tmp/one.json"; echo "$topology:"; cat "$out"; exit 1; }
 done
