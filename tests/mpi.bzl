@@ -24,7 +24,8 @@ def mpi_test(name, binary, processes = [2, 4], args = [], size = "medium", **kwa
 def catch_test_with_mpi(name, srcs, deps, mpi_name, size = "small", mpi_args = ["~[local]"], **kwargs):
     """One Catch2 suite run twice: in one process, and under mpirun with 2 and 4 processes.
 
-    Generates the cc_test `name`, the binary `<name>_mpi` (linked with //tests:mpi_catch_main) and
+    Generates the cc_test `name`, the binary `<name>_mpi` (linked with //tests:mpi_catch_main,
+    visible to //tests for the multi-host suite) and
     the mpi_test `mpi_name` (`<mpi_name>_np2`, `<mpi_name>_np4`).
 
     Args:
@@ -48,6 +49,8 @@ def catch_test_with_mpi(name, srcs, deps, mpi_name, size = "small", mpi_args = [
         testonly = True,
         srcs = srcs,
         deps = deps + ["//tests:mpi_catch_main"],
+        # The multi-host suite (//tests:multi_host_*) runs it on network-namespace hosts.
+        visibility = ["//tests:__pkg__"],
     )
     mpi_test(
         name = mpi_name,

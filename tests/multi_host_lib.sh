@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Helpers of the multi-host tests (tests/multi_host_*_test.sh), sourced by them.
+
+# Fails the test at once, saying why, when this machine cannot make namespace hosts: the suite
+# runs as root in CI and must not pass by skipping.
+require_namespace_hosts() {
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "FAIL: the multi-host tests make network namespaces and need root (running as $(id -un))"
+    exit 1
+  fi
+  if ! command -v ip >/dev/null || ! ip netns list >/dev/null 2>&1; then
+    echo "FAIL: the multi-host tests need 'ip netns' (iproute2) and may not run in a sandbox"
+    exit 1
+  fi
+}
+
+# Seconds since the epoch, with fractions.
+now() { date +%s.%N; }
+
+# run_on_hosts CLUSTER LOG HOSTS PER_HOST program...: runs `CLUSTER HOSTS PER_HOST program...`
+# (tools/netns_cluster.sh), output to LOG; prints the log and fails the test when the job fails.
+run_on_hosts() {
+  local cluster=$1 log=$2
+  shift 2
+  local start
+  start=$(now)
+  if ! "$cluster" "$@" >"$log" 2>&1; then
+    echo "FAIL: netns_cluster.sh $* failed:"
+    cat "$log"
+    exit 1
+  fi
+  echo "ran on $1 hosts x $2 processes in $(awk -v a="$start" -v b="$(now)" 'BEGIN{printf "%.1f", b-a}') s: ${3##*/}"
+}
+
+# Compares two metrics files of JSON lines ({"name":value,...} per epoch) value by value: the
+# same names in the same order, numbers within TOLERANCE relative (default 1e-6), timings
+# (wall_s, examples_per_s) and exact-bits fields (loss_bits) skipped.
+same_metrics() {
+  local a=$1 b=$2 tolerance=${3:-1e-6}
+  fields() { tr -d '{}"' <"$1" | tr ',' '\n' | tr ':' ' '; }
+  [[ $(wc -l <"$a") -eq $(wc -l <"$b") ]] || { echo "line counts differ: $a $b"; return 1; }
+  paste <(fields "$a") <(fields "$b") | awk -v tol="$tolerance" '
+    { if ($1 != $3) { print "field mismatch: " $1 " vs " $3; bad = 1; next }
+      if ($1 == "wall_s" || $1 == "examples_per_s" || $1 == "loss_bits") next
+      diff = $2 - $4; if (diff < 0) diff = -diff
+      scale = $2 < 0 ? -$2 : $2; if (scale < 1e-30) scale = 1e-30
+      if (diff / scale > tol) { print "differs: " $1 " " $2 " vs " $4; bad = 1 }
+      n++ }
+    END { if (n == 0) { print "no metrics"; exit 1 } print n " values within " tol; exit bad }'
+}
