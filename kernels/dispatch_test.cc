@@ -1,5 +1,6 @@
 // The kernel front: dispatch on the inputs' device type, the error for mixed device types, and
-// the GPU stub of a build without CUDA.
+// the front's error for a device type with no table entry (every GPU kernel in a build without
+// CUDA).
 #include <catch2/catch.hpp>
 
 #include "kernels/kernels.h"
@@ -12,7 +13,7 @@ using Catch::Message;
 
 namespace {
 // A GPU-tagged handle on host storage: this build cannot allocate GPU memory, and the front only
-// looks at the tag before the stub throws.
+// looks at the tag before it finds no GPU entry and throws.
 Tensor on_gpu(const Tensor& t, int64_t id = 0) { return t.with_device({DeviceType::kGPU, id}); }
 }  // namespace
 
@@ -49,9 +50,9 @@ TEST_CASE("inputs on different device types are an error naming the op and devic
                                "a kernel runs on one device type"));
 }
 
-TEST_CASE("GPU tensors reach the GPU stub, which names the op") {
+TEST_CASE("GPU tensors in a build without CUDA get the front's error, naming the op") {
   Tensor x = on_gpu(Tensor::zeros({2, 3}, DType::kF32));
-  const char* tail = " GPU kernels are not built into this binary (built without CUDA)";
+  const char* tail = " has no GPU kernel in this build";
   CHECK_THROWS_MATCHES(matmul(x, on_gpu(Tensor::zeros({3, 4}, DType::kF32))), UnimplementedError,
                        Message(std::string("[matmul]") + tail));
   CHECK_THROWS_MATCHES(unary(UnaryOp::kRelu, x), UnimplementedError,
@@ -66,6 +67,9 @@ TEST_CASE("GPU tensors reach the GPU stub, which names the op") {
                        Message(std::string("[concat]") + tail));
   CHECK_THROWS_MATCHES(transpose(x, {1, 0}), UnimplementedError,
                        Message(std::string("[transpose]") + tail));
+  CHECK_THROWS_MATCHES(conv2d(on_gpu(Tensor::zeros({1, 1, 2, 3}, DType::kF32)),
+                              on_gpu(Tensor::zeros({1, 1, 3, 2}, DType::kF32)), {}),
+                       UnimplementedError, Message("[conv2d] has no GPU kernel in this build"));
   // Shape arithmetic is host-only and needs no GPU kernel.
   CHECK(broadcast_shapes({2, 1}, {3}, "add") == Shape{2, 3});
 }
@@ -73,7 +77,7 @@ TEST_CASE("GPU tensors reach the GPU stub, which names the op") {
 TEST_CASE("the runtime's element loops dispatch the same way") {
   Tensor cpu = Tensor::zeros({2, 3}, DType::kF32);
   Tensor gpu = on_gpu(Tensor::zeros({2, 3}, DType::kF32));
-  const char* tail = " GPU kernels are not built into this binary (built without CUDA)";
+  const char* tail = " has no GPU kernel in this build";
   CHECK_THROWS_MATCHES(copy_box_elements(cpu, {0, 0}, gpu, {0, 0}, {2, 3}), InvalidArgumentError,
                        Message("[copy_box] inputs are on CPU:0 and GPU:0 (f32[2,3] and f32[2,3]); "
                                "a kernel runs on one device type"));

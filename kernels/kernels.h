@@ -2,9 +2,10 @@
 // is the device-neutral front: each function checks that its tensor inputs are on one device type
 // (InvalidArgumentError otherwise, e.g. "[add] inputs are on CPU:0 and GPU:0 (f32[2,3] and
 // f32[3]); a kernel runs on one device type") and dispatches with a switch on it to the CPU
-// implementation (kernels/cpu/cpu_kernels.h) or the GPU one (kernels/gpu/gpu_kernels.h; in
-// a build without CUDA a stub whose functions throw UnimplementedError). The enums and option
-// structs are in kernel_types.h.
+// implementation (kernels/cpu/cpu_kernels.h) or the entry a GPU backend registered in the GPU
+// table (kernels/gpu/gpu_kernels.h); where there is none (a build without CUDA, or a kernel the
+// backend lacks) it throws UnimplementedError "[conv2d] has no GPU kernel in this build". The
+// enums and option structs are in kernel_types.h.
 //
 // Contract, common to every function here and to every backend:
 // - Inputs are dense row-major Tensors; outputs are new Tensors from the buffer pool

@@ -12,7 +12,10 @@ void copy_box_elements(const Tensor& src, const std::vector<int64_t>& src_begin,
   return dispatch::on(
       dispatch::device_type_of("copy_box", src, dst),
       [&] { return cpu::copy_box_elements(src, src_begin, dst, dst_begin, extent); },
-      [&] { return gpu::copy_box_elements(src, src_begin, dst, dst_begin, extent); });
+      [&] {
+        return gpu::kernel(&gpu::Table::copy_box_elements, "copy_box")(src, src_begin, dst,
+                                                                       dst_begin, extent);
+      });
 }
 
 void reduce_range_elements(Tensor& dst, const Tensor& src, ReduceOp op, int64_t begin,
@@ -20,27 +23,37 @@ void reduce_range_elements(Tensor& dst, const Tensor& src, ReduceOp op, int64_t 
   return dispatch::on(
       dispatch::device_type_of("reduce_into", dst, src),
       [&] { return cpu::reduce_range_elements(dst, src, op, begin, end); },
-      [&] { return gpu::reduce_range_elements(dst, src, op, begin, end); });
+      [&] {
+        return gpu::kernel(&gpu::Table::reduce_range_elements, "reduce_into")(dst, src, op, begin,
+                                                                              end);
+      });
 }
 
 void reduce_tensors_into(Tensor& acc, const std::vector<Tensor>& inputs, ReduceOp op) {
   return dispatch::on(
       dispatch::device_type_of("reduce_tensors", acc, inputs),
       [&] { return cpu::reduce_tensors_into(acc, inputs, op); },
-      [&] { return gpu::reduce_tensors_into(acc, inputs, op); });
+      [&] {
+        return gpu::kernel(&gpu::Table::reduce_tensors_into, "reduce_tensors")(acc, inputs, op);
+      });
 }
 
 void fill_value(Tensor& dst, double value) {
   return dispatch::on(
       dst.device().type, [&] { return cpu::fill_value(dst, value); },
-      [&] { return gpu::fill_value(dst, value); });
+      [&] { return gpu::kernel(&gpu::Table::fill_value, "fill")(dst, value); });
 }
 
 void fill_random(Tensor& shard, const Shape& global_shape, const std::vector<int64_t>& offset,
                  const RandomSpec& spec) {
   return dispatch::on(
       shard.device().type, [&] { return cpu::fill_random(shard, global_shape, offset, spec); },
-      [&] { return gpu::fill_random(shard, global_shape, offset, spec); });
+      [&] {
+        const char* op = spec.distribution == RandomDistribution::kUniform  ? "random_uniform"
+                         : spec.distribution == RandomDistribution::kNormal ? "random_normal"
+                                                                            : "truncated_normal";
+        return gpu::kernel(&gpu::Table::fill_random, op)(shard, global_shape, offset, spec);
+      });
 }
 
 std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter,

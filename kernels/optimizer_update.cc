@@ -11,7 +11,7 @@ void sgd_update(const Tensor& var, const Tensor& grad, Tensor& var_out, double l
   return dispatch::on(
       dispatch::device_type_of("SGD", var, grad, var_out),
       [&] { return cpu::sgd_update(var, grad, var_out, lr); },
-      [&] { return gpu::sgd_update(var, grad, var_out, lr); });
+      [&] { return gpu::kernel(&gpu::Table::sgd_update, "SGD")(var, grad, var_out, lr); });
 }
 
 void sgd_momentum_update(const Tensor& var, const Tensor& grad, const Tensor& velocity,
@@ -24,8 +24,8 @@ void sgd_momentum_update(const Tensor& var, const Tensor& grad, const Tensor& ve
                                         nesterov);
       },
       [&] {
-        return gpu::sgd_momentum_update(var, grad, velocity, var_out, velocity_out, lr, momentum,
-                                        nesterov);
+        return gpu::kernel(&gpu::Table::sgd_momentum_update, "SGD")(
+            var, grad, velocity, var_out, velocity_out, lr, momentum, nesterov);
       });
 }
 
@@ -34,7 +34,10 @@ void adam_update(const Tensor& var, const Tensor& grad, const Tensor& m, const T
   return dispatch::on(
       dispatch::device_type_of("Adam", var, grad, m, v, var_out, m_out, v_out),
       [&] { return cpu::adam_update(var, grad, m, v, var_out, m_out, v_out, params); },
-      [&] { return gpu::adam_update(var, grad, m, v, var_out, m_out, v_out, params); });
+      [&] {
+        return gpu::kernel(&gpu::Table::adam_update, "Adam")(var, grad, m, v, var_out, m_out, v_out,
+                                                             params);
+      });
 }
 
 }  // namespace dtensor::kernels

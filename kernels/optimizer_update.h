@@ -1,8 +1,9 @@
 // The kernel front for the optimizers' fused element updates (train/optim): each function
 // dispatches with a switch on the device type of its tensors (all must agree) to the CPU
-// implementation (cpu/optimizer_update.cc) or the GPU one (gpu/gpu_kernels.h; a stub that throws
-// UnimplementedError without CUDA). Outputs are written in place into the given tensors, which must
-// not alias the inputs. Stateless; thread-safe for distinct outputs.
+// implementation (cpu/optimizer_update.cc) or the GPU one (the table of gpu/gpu_kernels.h;
+// UnimplementedError "[Adam] has no GPU kernel in this build" without CUDA). Outputs are written in
+// place into the given tensors, which must not alias the inputs. Stateless; thread-safe for
+// distinct outputs.
 #pragma once
 
 #include "runtime/tensor.h"

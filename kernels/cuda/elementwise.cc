@@ -66,7 +66,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
     // Integer division by zero is an error (kernels.h): one bool comes back to the host, only on
     // this integer path.
     Tensor nonzero = binary(BinaryOp::kNotEqual, b, Tensor::zeros({}, dt, b.device()));
-    Tensor all = reduce(ReduceKind::kMin, nonzero, {}, false);
+    Tensor all = registered_table.reduce(ReduceKind::kMin, nonzero, {}, false);
     bool ok = true;
     cuda::copy_to_host(&ok, all.raw_data(), 1, b.device());
     if (!ok) {
@@ -138,7 +138,24 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
     }
   }
   if (axes.empty()) return x.reshaped(shape).clone();
-  return reduce(ReduceKind::kSum, x, axes, false).reshaped(shape);
+  return registered_table.reduce(ReduceKind::kSum, x, axes, false).reshaped(shape);
 }
+
+namespace {
+
+// This file's entries of the GPU table (kernels/gpu/gpu_kernels.h), filled before main.
+[[maybe_unused]] const bool registered = [] {
+  Table& table = registered_table;
+  table.unary = unary;
+  table.binary = binary;
+  table.scale = scale;
+  table.where = where;
+  table.cast = cast;
+  table.broadcast_to = broadcast_to;
+  table.sum_to = sum_to;
+  return true;
+}();
+
+}  // namespace
 
 }  // namespace dtensor::kernels::gpu

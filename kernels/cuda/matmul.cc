@@ -198,9 +198,22 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
     }
     return out;
   }
-  if (bias != nullptr) out = binary(BinaryOp::kAdd, out, *bias);
-  if (activation) out = unary(*activation, out);
+  if (bias != nullptr) out = registered_table.binary(BinaryOp::kAdd, out, *bias);
+  if (activation) out = registered_table.unary(*activation, out);
   return out;
 }
+
+namespace {
+
+// This file's entries of the GPU table (kernels/gpu/gpu_kernels.h), filled before main.
+[[maybe_unused]] const bool registered = [] {
+  Table& table = registered_table;
+  table.matmul = matmul;
+  table.matmul_accumulate = matmul_accumulate;
+  table.dense = dense;
+  return true;
+}();
+
+}  // namespace
 
 }  // namespace dtensor::kernels::gpu

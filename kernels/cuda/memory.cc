@@ -163,11 +163,11 @@ void fill_random(Tensor& shard, const Shape& global_shape, const std::vector<int
                            stream_of(shard, fn));
 }
 
-Tensor copy_to_gpu(const Tensor& host, const Device& device) {
+Tensor host_to_gpu(const Tensor& host, const Device& device) {
   return cuda::to_device(host, device);
 }
 
-Tensor copy_to_host(const Tensor& tensor) { return cuda::to_host(tensor); }
+Tensor gpu_to_host(const Tensor& tensor) { return cuda::to_host(tensor); }
 
 void sgd_update(const Tensor& var, const Tensor& grad, Tensor& var_out, double lr) {
   cuda_launch::sgd(code(var.dtype()), var.raw_data(), grad.raw_data(), var_out.raw_data(),
@@ -189,5 +189,25 @@ void adam_update(const Tensor& var, const Tensor& grad, const Tensor& m, const T
                     params.beta1, params.beta2, params.lr_t, params.epsilon, params.decay,
                     stream_of(var, "Adam"));
 }
+
+namespace {
+
+// This file's entries of the GPU table (kernels/gpu/gpu_kernels.h), filled before main.
+[[maybe_unused]] const bool registered = [] {
+  Table& table = registered_table;
+  table.copy_box_elements = copy_box_elements;
+  table.reduce_range_elements = reduce_range_elements;
+  table.reduce_tensors_into = reduce_tensors_into;
+  table.fill_value = fill_value;
+  table.fill_random = fill_random;
+  table.copy_to_gpu = host_to_gpu;
+  table.copy_to_host = gpu_to_host;
+  table.sgd_update = sgd_update;
+  table.sgd_momentum_update = sgd_momentum_update;
+  table.adam_update = adam_update;
+  return true;
+}();
+
+}  // namespace
 
 }  // namespace dtensor::kernels::gpu

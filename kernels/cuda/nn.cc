@@ -267,4 +267,26 @@ LayerNormGrad layer_norm_grad(const Tensor& dy, const Tensor& x, const Tensor& g
   return g;
 }
 
+namespace {
+
+// This file's entries of the GPU table (kernels/gpu/gpu_kernels.h), filled before main.
+[[maybe_unused]] const bool registered = [] {
+  Table& table = registered_table;
+  table.reduce = reduce;
+  table.argmax = argmax;
+  table.argmin = argmin;
+  table.softmax = softmax;
+  table.log_softmax = log_softmax;
+  table.logsumexp = logsumexp;
+  table.softmax_shift = softmax_shift;
+  table.sparse_softmax_cross_entropy = sparse_softmax_cross_entropy;
+  table.sparse_softmax_cross_entropy_grad = sparse_softmax_cross_entropy_grad;
+  table.one_hot = one_hot;
+  table.layer_norm = layer_norm;
+  table.layer_norm_grad = layer_norm_grad;
+  return true;
+}();
+
+}  // namespace
+
 }  // namespace dtensor::kernels::gpu

@@ -211,4 +211,20 @@ Tensor scatter_add(const Shape& shape, const Tensor& indices, const Tensor& upda
   return out;
 }
 
+namespace {
+
+// This file's entries of the GPU table (kernels/gpu/gpu_kernels.h), filled before main.
+[[maybe_unused]] const bool registered = [] {
+  Table& table = registered_table;
+  table.transpose = transpose;
+  table.concat = concat;
+  table.slice = slice;
+  table.pad = pad;
+  table.gather = gather;
+  table.scatter_add = scatter_add;
+  return true;
+}();
+
+}  // namespace
+
 }  // namespace dtensor::kernels::gpu

@@ -1,15 +1,21 @@
-// The GPU implementations of the kernel front (kernels/kernels.h), with its contract; the
-// front dispatches here for tensors on GPU devices. The first part mirrors kernels.h; then
-// runtime/element_loops.h and kernels/optimizer_update.h. Shape arithmetic (broadcast_shapes),
-// set_blas_threads and philox4x32_10 are host-only and have no GPU half.
+// The GPU half of the kernel front (kernels/kernels.h): a table of function pointers that a GPU
+// backend fills in when its library is linked (the CUDA kernels, kernels/cuda/, in a
+// --config=cuda build or in a GPU test that links //kernels/cuda). The front looks an entry up
+// when a kernel's inputs are on GPU devices; an empty entry (no backend linked, or a backend
+// without that kernel) throws the front's one error, UnimplementedError
+// "[conv2d] has no GPU kernel in this build". The entries mirror kernels.h, then
+// runtime/element_loops.h and kernels/optimizer_update.h, with those contracts; each
+// implementation may assume the front's checks (device types, shapes, dtypes, arguments) passed.
+// Shape arithmetic (broadcast_shapes), set_blas_threads and philox4x32_10 are host-only and have
+// no GPU half.
 //
-// Which library defines these is chosen by the build (//kernels:gpu_kernels): the CUDA
-// kernels in a CUDA build, and kernels/no_gpu/ otherwise, whose functions throw
-// UnimplementedError.
+// Thread-safety: a backend registers its entries from static initializers (before main); after
+// that the table is only read.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -22,74 +28,100 @@
 
 namespace dtensor::kernels::gpu {
 
-Tensor unary(UnaryOp op, const Tensor& x);
-Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
-Tensor scale(const Tensor& x, double alpha);
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
-Tensor cast(const Tensor& x, DType dtype);
-Tensor broadcast_to(const Tensor& x, const Shape& shape);
-Tensor sum_to(const Tensor& x, const Shape& shape);
-Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options);
-void matmul_accumulate(const Tensor& a, const Tensor& b, Tensor& out, const MatmulOptions& options);
-Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
-             std::optional<UnaryOp> activation, const MatmulOptions& options);
-Tensor reduce(ReduceKind kind, const Tensor& x, const std::vector<int64_t>& axes, bool keepdims);
-Tensor argmax(const Tensor& x, int64_t axis, bool keepdims);
-Tensor argmin(const Tensor& x, int64_t axis, bool keepdims);
-Tensor softmax(const Tensor& x, int64_t axis);
-Tensor log_softmax(const Tensor& x, int64_t axis);
-Tensor logsumexp(const Tensor& x, int64_t axis, bool keepdims);
-Tensor softmax_shift(const Tensor& max);
-Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& labels);
-Tensor sparse_softmax_cross_entropy_grad(const Tensor& logits, const Tensor& labels,
-                                         const Tensor& grad);
-Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype, double on, double off);
-LayerNormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps);
-LayerNormGrad layer_norm_grad(const Tensor& dy, const Tensor& x, const Tensor& gamma,
-                              const Tensor& mean, const Tensor& rstd);
-Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm);
-Tensor concat(const std::vector<Tensor>& xs, int64_t axis);
-Tensor slice(const Tensor& x, const std::vector<int64_t>& begin, const Shape& size);
-Tensor gather(const Tensor& params, const Tensor& indices, int64_t axis);
-Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& paddings, double value);
-Tensor scatter_add(const Shape& shape, const Tensor& indices, const Tensor& updates, int64_t axis);
+// One entry per kernel; null where no linked backend implements it.
+struct Table {
+  Tensor (*unary)(UnaryOp, const Tensor&) = nullptr;
+  Tensor (*binary)(BinaryOp, const Tensor&, const Tensor&) = nullptr;
+  Tensor (*scale)(const Tensor&, double) = nullptr;
+  Tensor (*where)(const Tensor&, const Tensor&, const Tensor&) = nullptr;
+  Tensor (*cast)(const Tensor&, DType) = nullptr;
+  Tensor (*broadcast_to)(const Tensor&, const Shape&) = nullptr;
+  Tensor (*sum_to)(const Tensor&, const Shape&) = nullptr;
+  Tensor (*matmul)(const Tensor&, const Tensor&, const MatmulOptions&) = nullptr;
+  void (*matmul_accumulate)(const Tensor&, const Tensor&, Tensor&, const MatmulOptions&) = nullptr;
+  Tensor (*dense)(const Tensor&, const Tensor&, const Tensor*, std::optional<UnaryOp>,
+                  const MatmulOptions&) = nullptr;
+  Tensor (*reduce)(ReduceKind, const Tensor&, const std::vector<int64_t>&, bool) = nullptr;
+  Tensor (*argmax)(const Tensor&, int64_t, bool) = nullptr;
+  Tensor (*argmin)(const Tensor&, int64_t, bool) = nullptr;
+  Tensor (*softmax)(const Tensor&, int64_t) = nullptr;
+  Tensor (*log_softmax)(const Tensor&, int64_t) = nullptr;
+  Tensor (*logsumexp)(const Tensor&, int64_t, bool) = nullptr;
+  Tensor (*softmax_shift)(const Tensor&) = nullptr;
+  Tensor (*sparse_softmax_cross_entropy)(const Tensor&, const Tensor&) = nullptr;
+  Tensor (*sparse_softmax_cross_entropy_grad)(const Tensor&, const Tensor&,
+                                              const Tensor&) = nullptr;
+  Tensor (*one_hot)(const Tensor&, int64_t, DType, double, double) = nullptr;
+  LayerNormResult (*layer_norm)(const Tensor&, const Tensor&, const Tensor&, double) = nullptr;
+  LayerNormGrad (*layer_norm_grad)(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                   const Tensor&) = nullptr;
+  Tensor (*transpose)(const Tensor&, const std::vector<int64_t>&) = nullptr;
+  Tensor (*concat)(const std::vector<Tensor>&, int64_t) = nullptr;
+  Tensor (*slice)(const Tensor&, const std::vector<int64_t>&, const Shape&) = nullptr;
+  Tensor (*gather)(const Tensor&, const Tensor&, int64_t) = nullptr;
+  Tensor (*pad)(const Tensor&, const std::vector<std::pair<int64_t, int64_t>>&, double) = nullptr;
+  Tensor (*scatter_add)(const Shape&, const Tensor&, const Tensor&, int64_t) = nullptr;
 
-// ---- runtime/element_loops.h ----
-void copy_box_elements(const Tensor& src, const std::vector<int64_t>& src_begin, Tensor& dst,
-                       const std::vector<int64_t>& dst_begin, const Shape& extent);
-void reduce_range_elements(Tensor& dst, const Tensor& src, ReduceOp op, int64_t begin, int64_t end);
-void reduce_tensors_into(Tensor& acc, const std::vector<Tensor>& inputs, ReduceOp op);
-void fill_value(Tensor& dst, double value);
-void fill_random(Tensor& shard, const Shape& global_shape, const std::vector<int64_t>& offset,
-                 const RandomSpec& spec);
+  // ---- runtime/element_loops.h ----
+  void (*copy_box_elements)(const Tensor&, const std::vector<int64_t>&, Tensor&,
+                            const std::vector<int64_t>&, const Shape&) = nullptr;
+  void (*reduce_range_elements)(Tensor&, const Tensor&, ReduceOp, int64_t, int64_t) = nullptr;
+  void (*reduce_tensors_into)(Tensor&, const std::vector<Tensor>&, ReduceOp) = nullptr;
+  void (*fill_value)(Tensor&, double) = nullptr;
+  void (*fill_random)(Tensor&, const Shape&, const std::vector<int64_t>&,
+                      const RandomSpec&) = nullptr;
 
-// ---- Host <-> GPU copies (runtime/cuda/transfer.h in a CUDA build) ----
-// For device-neutral callers (examples) that move host batches onto a GPU mesh and read results
-// back: a new tensor on `device` holding `host`'s elements, and a new host tensor (CPU:0) holding
-// a GPU tensor's. The stub throws UnimplementedError ("built without CUDA").
-Tensor copy_to_gpu(const Tensor& host, const Device& device);
-Tensor copy_to_host(const Tensor& tensor);
+  // ---- Host <-> GPU copies (runtime/cuda/transfer.h in a CUDA build) ----
+  // A new tensor on `device` holding `host`'s elements, and a new host tensor (CPU:0) holding a
+  // GPU tensor's; called through copy_to_gpu and copy_to_host below.
+  Tensor (*copy_to_gpu)(const Tensor&, const Device&) = nullptr;
+  Tensor (*copy_to_host)(const Tensor&) = nullptr;
 
-// ---- kernels/optimizer_update.h ----
-void sgd_update(const Tensor& var, const Tensor& grad, Tensor& var_out, double lr);
-void sgd_momentum_update(const Tensor& var, const Tensor& grad, const Tensor& velocity,
-                         Tensor& var_out, Tensor& velocity_out, double lr, double momentum,
-                         bool nesterov);
-void adam_update(const Tensor& var, const Tensor& grad, const Tensor& m, const Tensor& v,
-                 Tensor& var_out, Tensor& m_out, Tensor& v_out, const AdamStepParams& params);
+  // ---- kernels/optimizer_update.h ----
+  void (*sgd_update)(const Tensor&, const Tensor&, Tensor&, double) = nullptr;
+  void (*sgd_momentum_update)(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, double,
+                              double, bool) = nullptr;
+  void (*adam_update)(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&,
+                      Tensor&, const AdamStepParams&) = nullptr;
 
-// CNN ops (conv.cc, pool.cc, lrn.cc).
-Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& params);
-Tensor conv2d_backprop_input(const Shape& x_shape, const Tensor& w, const Tensor& dy,
-                             const Conv2dParams& params);
-Tensor conv2d_backprop_filter(const Tensor& x, const Shape& w_shape, const Tensor& dy,
-                              const Conv2dParams& params);
-Tensor max_pool2d(const Tensor& x, const Pool2dParams& params);
-Tensor max_pool2d_grad(const Tensor& x, const Tensor& dy, const Pool2dParams& params);
-Tensor avg_pool2d(const Tensor& x, const Pool2dParams& params);
-Tensor avg_pool2d_grad(const Shape& x_shape, const Tensor& dy, const Pool2dParams& params);
-Tensor local_response_normalization(const Tensor& x, const LrnParams& params);
-Tensor local_response_normalization_grad(const Tensor& x, const Tensor& dy,
-                                         const LrnParams& params);
+  // CNN ops (conv.cc, pool.cc, lrn.cc).
+  Tensor (*conv2d)(const Tensor&, const Tensor&, const Conv2dParams&) = nullptr;
+  Tensor (*conv2d_backprop_input)(const Shape&, const Tensor&, const Tensor&,
+                                  const Conv2dParams&) = nullptr;
+  Tensor (*conv2d_backprop_filter)(const Tensor&, const Shape&, const Tensor&,
+                                   const Conv2dParams&) = nullptr;
+  Tensor (*max_pool2d)(const Tensor&, const Pool2dParams&) = nullptr;
+  Tensor (*max_pool2d_grad)(const Tensor&, const Tensor&, const Pool2dParams&) = nullptr;
+  Tensor (*avg_pool2d)(const Tensor&, const Pool2dParams&) = nullptr;
+  Tensor (*avg_pool2d_grad)(const Shape&, const Tensor&, const Pool2dParams&) = nullptr;
+  Tensor (*local_response_normalization)(const Tensor&, const LrnParams&) = nullptr;
+  Tensor (*local_response_normalization_grad)(const Tensor&, const Tensor&,
+                                              const LrnParams&) = nullptr;
+};
+
+// The registered entries: every entry null until a backend's static initializer fills its own.
+// Constant-initialized, so a registration from any translation unit's initializer finds it.
+inline Table registered_table{};
+
+// UnimplementedError "[op] has no GPU kernel in this build".
+[[noreturn]] void throw_no_kernel(std::string_view op);
+
+// The registered entry `member`, or the error naming `op` (a name or an op enum; see
+// kernels/dispatch.h) if there is none.
+template <typename F>
+inline F* kernel(F* Table::*member, std::string_view op) {
+  F* f = registered_table.*member;
+  if (f == nullptr) throw_no_kernel(op);
+  return f;
+}
+
+// Host <-> GPU copies for device-neutral callers (examples) that move host batches onto a GPU
+// mesh and read results back.
+inline Tensor copy_to_gpu(const Tensor& host, const Device& device) {
+  return kernel(&Table::copy_to_gpu, "copy_to_gpu")(host, device);
+}
+inline Tensor copy_to_host(const Tensor& tensor) {
+  return kernel(&Table::copy_to_host, "copy_to_host")(tensor);
+}
 
 }  // namespace dtensor::kernels::gpu
