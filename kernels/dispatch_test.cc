@@ -74,6 +74,25 @@ TEST_CASE("GPU tensors in a build without CUDA get the front's error, naming the
   CHECK(broadcast_shapes({2, 1}, {3}, "add") == Shape{2, 3});
 }
 
+TEST_CASE(
+    "the front checks arguments once, before any backend: a GPU tensor in a build without "
+    "CUDA gets the argument error, not the missing kernel") {
+  Tensor logits = on_gpu(Tensor::zeros({2, 3}, DType::kF32));
+  CHECK_THROWS_MATCHES(
+      sparse_softmax_cross_entropy(logits, on_gpu(Tensor::zeros({2}, DType::kF32))), DTypeError,
+      Message("[sparse_softmax_cross_entropy] labels must be i32 or i64, got "
+              "f32[2]"));
+  Tensor labels = on_gpu(Tensor::zeros({2}, DType::kI32));
+  CHECK_THROWS_MATCHES(
+      sparse_softmax_cross_entropy_grad(logits, labels, on_gpu(Tensor::zeros({3}, DType::kF32))),
+      ShapeError,
+      Message("[sparse_softmax_cross_entropy_grad] grad f32[3] does not match labels i32[2]"));
+  CHECK_THROWS_MATCHES(one_hot(labels, -1, DType::kF32), InvalidArgumentError,
+                       Message("[one_hot] depth must be >= 0, got -1"));
+  CHECK_THROWS_MATCHES(sparse_softmax_cross_entropy(logits, labels), UnimplementedError,
+                       Message("[sparse_softmax_cross_entropy] has no GPU kernel in this build"));
+}
+
 TEST_CASE("the runtime's element loops dispatch the same way") {
   Tensor cpu = Tensor::zeros({2, 3}, DType::kF32);
   Tensor gpu = on_gpu(Tensor::zeros({2, 3}, DType::kF32));

@@ -4,6 +4,7 @@
 // Included by kernels.h only.
 #pragma once
 
+#include "kernels/checks.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/dispatch.h"
 #include "kernels/gpu/gpu_kernels.h"
@@ -23,7 +24,7 @@ inline Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 }
 
 inline Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
-  return cpu::broadcast_shapes(a, b, op);
+  return checks::broadcast_shapes(a, b, op);
 }
 
 inline Tensor scale(const Tensor& x, double alpha) {
@@ -128,9 +129,10 @@ inline Tensor softmax_shift(const Tensor& max) {
 }
 
 inline Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& labels) {
+  const DeviceType type = dispatch::device_type_of("sparse_softmax_cross_entropy", logits, labels);
+  checks::cross_entropy("sparse_softmax_cross_entropy", logits, labels);
   return dispatch::on(
-      dispatch::device_type_of("sparse_softmax_cross_entropy", logits, labels),
-      [&] { return cpu::sparse_softmax_cross_entropy(logits, labels); },
+      type, [&] { return cpu::sparse_softmax_cross_entropy(logits, labels); },
       [&] {
         return gpu::kernel(&gpu::Table::sparse_softmax_cross_entropy,
                            "sparse_softmax_cross_entropy")(logits, labels);
@@ -139,9 +141,11 @@ inline Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& l
 
 inline Tensor sparse_softmax_cross_entropy_grad(const Tensor& logits, const Tensor& labels,
                                                 const Tensor& grad) {
+  const DeviceType type =
+      dispatch::device_type_of("sparse_softmax_cross_entropy_grad", logits, labels, grad);
+  checks::cross_entropy_grad("sparse_softmax_cross_entropy_grad", logits, labels, grad);
   return dispatch::on(
-      dispatch::device_type_of("sparse_softmax_cross_entropy_grad", logits, labels, grad),
-      [&] { return cpu::sparse_softmax_cross_entropy_grad(logits, labels, grad); },
+      type, [&] { return cpu::sparse_softmax_cross_entropy_grad(logits, labels, grad); },
       [&] {
         return gpu::kernel(&gpu::Table::sparse_softmax_cross_entropy_grad,
                            "sparse_softmax_cross_entropy_grad")(logits, labels, grad);
@@ -149,9 +153,9 @@ inline Tensor sparse_softmax_cross_entropy_grad(const Tensor& logits, const Tens
 }
 
 inline Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype, double on, double off) {
+  checks::one_hot(indices, depth);
   return dispatch::on(
-      dispatch::device_type_of("one_hot", indices),
-      [&] { return cpu::one_hot(indices, depth, dtype, on, off); },
+      indices.device().type, [&] { return cpu::one_hot(indices, depth, dtype, on, off); },
       [&] { return gpu::kernel(&gpu::Table::one_hot, "one_hot")(indices, depth, dtype, on, off); });
 }
 

@@ -185,15 +185,6 @@ Shape broadcast_or_throw(const char* op, const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
-  Shape out;
-  if (!internal::try_broadcast_shapes(a, b, &out)) {
-    throw_error<ShapeError>(op, "incompatible shapes for broadcasting: {} vs {}",
-                            shape_to_string(a), shape_to_string(b));
-  }
-  return out;
-}
-
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const std::string name(binary_op_name(op));
   if (a.dtype() != b.dtype()) {

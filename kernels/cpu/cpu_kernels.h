@@ -16,7 +16,6 @@ namespace dtensor::kernels::cpu {
 
 Tensor unary(UnaryOp op, const Tensor& x);
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
-Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 Tensor scale(const Tensor& x, double alpha);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor cast(const Tensor& x, DType dtype);

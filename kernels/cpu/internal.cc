@@ -15,14 +15,6 @@ std::string position_to_string(int64_t flat, const Shape& shape) {
   return shape_to_string(index);
 }
 
-int64_t normalize_axis(const char* op, int64_t axis, const Tensor& x) {
-  const int64_t rank = x.rank();
-  if (axis < -rank || axis >= rank) {
-    throw_error<InvalidArgumentError>(op, "axis {} is out of range for {}", axis, describe(x));
-  }
-  return axis < 0 ? axis + rank : axis;
-}
-
 AxisView view_around_axis(const Shape& shape, int64_t axis) {
   AxisView view;
   for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
@@ -41,16 +33,6 @@ Shape reduced_shape(const Shape& shape, int64_t axis, bool keepdims) {
     out.erase(out.begin() + axis);
   }
   return out;
-}
-
-void check_index_dtype(const char* op, const Tensor& t, const char* what) {
-  if (t.dtype() != DType::kI32 && t.dtype() != DType::kI64) {
-    throw_error<DTypeError>(op, "{} must be i32 or i64, got {}", what, describe(t));
-  }
-}
-
-void throw_unsupported(const char* op, const Tensor& t) {
-  throw_error<DTypeError>(op, "unsupported dtype {}: {}", dtype_name(t.dtype()), describe(t));
 }
 
 Tensor bf16_to_f32(const Tensor& x) {
@@ -80,18 +62,6 @@ Tensor f32_to_bf16(const Tensor& x) {
         nan ? static_cast<uint16_t>((u >> 16) | 0x40u) : static_cast<uint16_t>(rounded >> 16);
   }
   return out;
-}
-
-bool try_broadcast_shapes(const Shape& a, const Shape& b, Shape* out) {
-  const size_t rank = std::max(a.size(), b.size());
-  out->assign(rank, 1);
-  for (size_t d = 0; d < rank; ++d) {
-    const int64_t da = d + a.size() >= rank ? a[d + a.size() - rank] : 1;
-    const int64_t db = d + b.size() >= rank ? b[d + b.size() - rank] : 1;
-    if (da != db && da != 1 && db != 1) return false;
-    (*out)[d] = da == 1 ? db : da;
-  }
-  return true;
 }
 
 bool broadcasts_to(const Shape& from, const Shape& to) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/checks.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernel_types.h"
 
@@ -19,8 +20,12 @@ using kernels::describe;
 // The multi-index of flat position `flat` in `shape`, as "[1,0,2]".
 std::string position_to_string(int64_t flat, const Shape& shape);
 
-// `axis` in [-rank, rank) mapped to [0, rank); InvalidArgumentError naming `op` otherwise.
-int64_t normalize_axis(const char* op, int64_t axis, const Tensor& x);
+// The shared argument checks (kernels/checks.h).
+using checks::check_index_dtype;
+using checks::normalize_axis;
+using checks::throw_unsupported;
+using checks::try_broadcast_shapes;
+using checks::unary_supports;
 
 // A shape seen as [outer, n, inner] around one axis.
 struct AxisView {
@@ -33,24 +38,12 @@ AxisView view_around_axis(const Shape& shape, int64_t axis);
 // The shape with dim `axis` removed (keepdims false) or set to 1 (keepdims true).
 Shape reduced_shape(const Shape& shape, int64_t axis, bool keepdims);
 
-// The NumPy broadcast of a and b in *out; false if they are incompatible.
-bool try_broadcast_shapes(const Shape& a, const Shape& b, Shape* out);
-
 // True if `from` broadcasts to `to` (NumPy rules).
 bool broadcasts_to(const Shape& from, const Shape& to);
-
-// Throws DTypeError "[op] <what> must be i32 or i64, got ..." unless t has an integer dtype.
-void check_index_dtype(const char* op, const Tensor& t, const char* what);
-
-// Throws DTypeError "[op] unsupported dtype <d>: <tensors>".
-[[noreturn]] void throw_unsupported(const char* op, const Tensor& t);
 
 // bf16 <-> f32 for whole tensors: the way every kernel supports bf16.
 Tensor bf16_to_f32(const Tensor& x);
 Tensor f32_to_bf16(const Tensor& x);
-
-// True if unary(op, x) accepts x's dtype.
-bool unary_supports(UnaryOp op, DType dtype);
 
 // Applies a unary op in place to an f32/f64/i32/i64 tensor whose dtype supports it (dense's fused
 // activation).

@@ -138,17 +138,8 @@ Tensor softmax_op(const char* op, Kind kind, const Tensor& x, int64_t axis) {
 }
 
 // Checks logits [..., C] against labels [...] and every label against [0, C).
-void check_cross_entropy(const char* op, const Tensor& logits, const Tensor& labels) {
-  if (!is_floating(logits.dtype())) internal::throw_unsupported(op, logits);
-  if (logits.rank() < 1) {
-    throw_error<ShapeError>(op, "logits must have rank >= 1, got {}", describe(logits));
-  }
-  internal::check_index_dtype(op, labels, "labels");
-  const Shape rows(logits.shape().begin(), logits.shape().end() - 1);
-  if (labels.shape() != rows) {
-    throw_error<ShapeError>(op, "labels {} do not match logits {}", describe(labels),
-                            describe(logits));
-  }
+// The label values (data); the front checked the arguments (checks::cross_entropy).
+void check_label_values(const char* op, const Tensor& logits, const Tensor& labels) {
   const int64_t classes = logits.shape().back();
   visit_dtype(labels.dtype(), [&](auto tag) {
     using L = decltype(tag);
@@ -216,7 +207,7 @@ Tensor softmax_shift(const Tensor& max) {
 
 Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& labels) {
   const char* op = "sparse_softmax_cross_entropy";
-  check_cross_entropy(op, logits, labels);
+  check_label_values(op, logits, labels);
   if (logits.dtype() == DType::kBF16) {
     return internal::f32_to_bf16(
         sparse_softmax_cross_entropy(internal::bf16_to_f32(logits), labels));
@@ -243,15 +234,7 @@ Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& labels) 
 Tensor sparse_softmax_cross_entropy_grad(const Tensor& logits, const Tensor& labels,
                                          const Tensor& grad) {
   const char* op = "sparse_softmax_cross_entropy_grad";
-  check_cross_entropy(op, logits, labels);
-  if (grad.dtype() != logits.dtype()) {
-    throw_error<DTypeError>(op, "grad {} does not match logits {}", describe(grad),
-                            describe(logits));
-  }
-  if (grad.shape() != labels.shape()) {
-    throw_error<ShapeError>(op, "grad {} does not match labels {}", describe(grad),
-                            describe(labels));
-  }
+  check_label_values(op, logits, labels);
   if (logits.dtype() == DType::kBF16) {
     return internal::f32_to_bf16(sparse_softmax_cross_entropy_grad(
         internal::bf16_to_f32(logits), labels, internal::bf16_to_f32(grad)));
@@ -277,10 +260,6 @@ Tensor sparse_softmax_cross_entropy_grad(const Tensor& logits, const Tensor& lab
 }
 
 Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype, double on, double off) {
-  internal::check_index_dtype("one_hot", indices, "indices");
-  if (depth < 0) {
-    throw_error<InvalidArgumentError>("one_hot", "depth must be >= 0, got {}", depth);
-  }
   Shape shape = indices.shape();
   shape.push_back(depth);
   Tensor out = Tensor::empty(shape, dtype, indices.device());

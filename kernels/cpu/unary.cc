@@ -19,20 +19,6 @@ void map(const T* x, T* y, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
 }
 
-bool integer_ok(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::kNeg:
-    case UnaryOp::kAbs:
-    case UnaryOp::kSquare:
-    case UnaryOp::kRelu:
-    case UnaryOp::kReluGrad:
-    case UnaryOp::kSign:
-      return true;
-    default:
-      return false;
-  }
-}
-
 void check_dtype(UnaryOp op, const Tensor& x) {
   if (!internal::unary_supports(op, x.dtype())) {
     internal::throw_unsupported(std::string(unary_op_name(op)).c_str(), x);
@@ -141,10 +127,6 @@ void unary_into(UnaryOp op, DType dtype, const void* x, void* y, int64_t n) {
 }
 
 namespace internal {
-
-bool unary_supports(UnaryOp op, DType dtype) {
-  return dtype != DType::kBool && (!is_integer(dtype) || integer_ok(op));
-}
 
 void unary_in_place(UnaryOp op, Tensor& t) {
   check_dtype(op, t);

@@ -8,21 +8,40 @@ namespace dtensor::kernels::gpu {
 
 using namespace cuda_internal;
 
-namespace {
+// The op codes the launchers take (launch.h) are the enums' values.
+static_assert(cuda_launch::unary_op::kNeg == static_cast<int>(UnaryOp::kNeg));
+static_assert(cuda_launch::unary_op::kAbs == static_cast<int>(UnaryOp::kAbs));
+static_assert(cuda_launch::unary_op::kExp == static_cast<int>(UnaryOp::kExp));
+static_assert(cuda_launch::unary_op::kLog == static_cast<int>(UnaryOp::kLog));
+static_assert(cuda_launch::unary_op::kSqrt == static_cast<int>(UnaryOp::kSqrt));
+static_assert(cuda_launch::unary_op::kRsqrt == static_cast<int>(UnaryOp::kRsqrt));
+static_assert(cuda_launch::unary_op::kSquare == static_cast<int>(UnaryOp::kSquare));
+static_assert(cuda_launch::unary_op::kRelu == static_cast<int>(UnaryOp::kRelu));
+static_assert(cuda_launch::unary_op::kSigmoid == static_cast<int>(UnaryOp::kSigmoid));
+static_assert(cuda_launch::unary_op::kTanh == static_cast<int>(UnaryOp::kTanh));
+static_assert(cuda_launch::unary_op::kGelu == static_cast<int>(UnaryOp::kGelu));
+static_assert(cuda_launch::unary_op::kReluGrad == static_cast<int>(UnaryOp::kReluGrad));
+static_assert(cuda_launch::unary_op::kSign == static_cast<int>(UnaryOp::kSign));
+static_assert(cuda_launch::binary_op::kAdd == static_cast<int>(BinaryOp::kAdd));
+static_assert(cuda_launch::binary_op::kSub == static_cast<int>(BinaryOp::kSub));
+static_assert(cuda_launch::binary_op::kMul == static_cast<int>(BinaryOp::kMul));
+static_assert(cuda_launch::binary_op::kDiv == static_cast<int>(BinaryOp::kDiv));
+static_assert(cuda_launch::binary_op::kPow == static_cast<int>(BinaryOp::kPow));
+static_assert(cuda_launch::binary_op::kMaximum == static_cast<int>(BinaryOp::kMaximum));
+static_assert(cuda_launch::binary_op::kMinimum == static_cast<int>(BinaryOp::kMinimum));
+static_assert(cuda_launch::binary_op::kEqual == static_cast<int>(BinaryOp::kEqual));
+static_assert(cuda_launch::binary_op::kNotEqual == static_cast<int>(BinaryOp::kNotEqual));
+static_assert(cuda_launch::binary_op::kLess == static_cast<int>(BinaryOp::kLess));
+static_assert(cuda_launch::binary_op::kLessEqual == static_cast<int>(BinaryOp::kLessEqual));
+static_assert(cuda_launch::binary_op::kGreater == static_cast<int>(BinaryOp::kGreater));
+static_assert(cuda_launch::binary_op::kGreaterEqual == static_cast<int>(BinaryOp::kGreaterEqual));
+static_assert(cuda_launch::binary_op::kLogicalAnd == static_cast<int>(BinaryOp::kLogicalAnd));
+static_assert(cuda_launch::binary_op::kLogicalOr == static_cast<int>(BinaryOp::kLogicalOr));
+static_assert(cuda_launch::reduce_op::kSumOp == static_cast<int>(ReduceOp::kSum));
+static_assert(cuda_launch::reduce_op::kMaxOp == static_cast<int>(ReduceOp::kMax));
+static_assert(cuda_launch::reduce_op::kMinOp == static_cast<int>(ReduceOp::kMin));
 
-bool integer_unary_ok(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::kNeg:
-    case UnaryOp::kAbs:
-    case UnaryOp::kSquare:
-    case UnaryOp::kRelu:
-    case UnaryOp::kReluGrad:
-    case UnaryOp::kSign:
-      return true;
-    default:
-      return false;
-  }
-}
+namespace {
 
 bool is_comparison(BinaryOp op) { return op >= BinaryOp::kEqual && op <= BinaryOp::kGreaterEqual; }
 bool is_logical(BinaryOp op) { return op == BinaryOp::kLogicalAnd || op == BinaryOp::kLogicalOr; }
@@ -32,7 +51,7 @@ bool is_logical(BinaryOp op) { return op == BinaryOp::kLogicalAnd || op == Binar
 Tensor unary(UnaryOp op, const Tensor& x) {
   const std::string name(unary_op_name(op));
   const DType dt = x.dtype();
-  if (dt == DType::kBool || (is_integer(dt) && !integer_unary_ok(op))) throw_dtype(name.c_str(), x);
+  if (!unary_supports(op, dt)) throw_unsupported(name.c_str(), x);
   Tensor y = Tensor::empty(x.shape(), dt, x.device());
   cuda_launch::unary(static_cast<int>(op), code(dt), x.raw_data(), y.raw_data(), x.num_elements(),
                      stream_of(x, name.c_str()));
@@ -78,7 +97,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 }
 
 Tensor scale(const Tensor& x, double alpha) {
-  if (!is_floating(x.dtype())) throw_dtype("scale", x);
+  if (!is_floating(x.dtype())) throw_unsupported("scale", x);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   const double a =
       x.dtype() == DType::kF64 ? alpha : static_cast<double>(static_cast<float>(alpha));

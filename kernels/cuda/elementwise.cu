@@ -9,40 +9,10 @@
 namespace dtensor::kernels::cuda_launch {
 namespace {
 
-// UnaryOp codes (kernel_types.h).
-enum {
-  kNeg,
-  kAbs,
-  kExp,
-  kLog,
-  kSqrt,
-  kRsqrt,
-  kSquare,
-  kRelu,
-  kSigmoid,
-  kTanh,
-  kGelu,
-  kReluGrad,
-  kSign
-};
-// BinaryOp codes.
-enum {
-  kAdd,
-  kSub,
-  kMul,
-  kDiv,
-  kPow,
-  kMaximum,
-  kMinimum,
-  kEqual,
-  kNotEqual,
-  kLess,
-  kLessEqual,
-  kGreater,
-  kGreaterEqual,
-  kLogicalAnd,
-  kLogicalOr
-};
+// The op codes (launch.h, checked against kernel_types.h by elementwise.cc).
+using namespace unary_op;
+using namespace binary_op;
+using namespace reduce_op;
 
 template <typename C>
 __device__ C apply_unary(int op, C v) {
@@ -233,7 +203,7 @@ __global__ void fill_kernel(T* dst, int64_t n, T value) {
 template <typename T>
 __device__ T combine(int op, T a, T b) {
   if constexpr (std::is_same_v<T, bool>) {
-    return op == 2 ? (a && b) : (a || b);
+    return op == kMinOp ? (a && b) : (a || b);
   } else {
     using C = Compute<T>;
     C x, y;
@@ -244,7 +214,7 @@ __device__ T combine(int op, T a, T b) {
       x = a;
       y = b;
     }
-    C r = op == 0 ? wrap_add(x, y) : (op == 1 ? max_nan(x, y) : min_nan(x, y));
+    C r = op == kSumOp ? wrap_add(x, y) : (op == kMaxOp ? max_nan(x, y) : min_nan(x, y));
     if constexpr (std::is_same_v<T, Bf16>) {
       return to_bf16(r);
     } else {

@@ -52,33 +52,6 @@ StridedIndex broadcast(const Shape& in, const Shape& out, const char* op) {
   return idx;
 }
 
-Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
-  const size_t rank = std::max(a.size(), b.size());
-  Shape out(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
-    const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
-    if (da != db && da != 1 && db != 1) {
-      throw_error<ShapeError>(op, "incompatible shapes for broadcasting: {} vs {}",
-                              shape_to_string(a), shape_to_string(b));
-    }
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
-}
-
-void throw_dtype(const char* op, const Tensor& t) {
-  throw_error<DTypeError>(op, "unsupported dtype {}: {}", dtype_name(t.dtype()), describe(t));
-}
-
-int64_t normalize_axis(const char* op, int64_t axis, const Tensor& x) {
-  const int64_t rank = x.rank();
-  if (axis < -rank || axis >= rank) {
-    throw_error<InvalidArgumentError>(op, "axis {} is out of range for {}", axis, describe(x));
-  }
-  return axis < 0 ? axis + rank : axis;
-}
-
 Tensor to_f32(const Tensor& x) {
   Tensor y = Tensor::empty(x.shape(), DType::kF32, x.device());
   cuda_launch::cast(code(x.dtype()), code(DType::kF32), x.raw_data(), y.raw_data(),

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/checks.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/kernel_types.h"
 #include "runtime/tensor.h"
@@ -26,17 +27,17 @@ inline int code(DType dtype) { return static_cast<int>(dtype); }
 StridedIndex contiguous(const Shape& shape, const char* op);
 // Walk over `out` reading `in`, which broadcasts to it (NumPy rules, checked by the caller).
 StridedIndex broadcast(const Shape& in, const Shape& out, const char* op);
-// The NumPy broadcast of two shapes; ShapeError naming `op` otherwise (the CPU's rule and message).
-Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 // Row-major strides of a shape.
 std::vector<int64_t> strides_of(const Shape& shape);
 
 // "f32[2,3]" (kernels/kernel_types.h).
 using kernels::describe;
-[[noreturn]] void throw_dtype(const char* op, const Tensor& t);
-// Axis in [-rank, rank) to [0, rank); InvalidArgumentError otherwise.
-// "axis 3 is out of range for f32[2,3]" otherwise.
-int64_t normalize_axis(const char* op, int64_t axis, const Tensor& x);
+// The shared argument checks (kernels/checks.h).
+using checks::broadcast_shapes;
+using checks::check_index_dtype;
+using checks::normalize_axis;
+using checks::throw_unsupported;
+using checks::unary_supports;
 
 // bf16 tensors computed through f32, as the CPU kernels do.
 Tensor to_f32(const Tensor& x);

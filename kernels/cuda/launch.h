@@ -14,7 +14,49 @@
 
 namespace dtensor::kernels::cuda_launch {
 
-// Op codes: the values of kernels::UnaryOp, BinaryOp, ReduceKind and ReduceOp as int.
+// Op codes: the values of kernels::UnaryOp and BinaryOp and of dtensor::ReduceOp as int, spelled
+// out for nvcc (which reads no runtime/ or kernels/ header); kernels/cuda/elementwise.cc
+// static_asserts every value against the enums.
+namespace unary_op {
+enum : int {
+  kNeg,
+  kAbs,
+  kExp,
+  kLog,
+  kSqrt,
+  kRsqrt,
+  kSquare,
+  kRelu,
+  kSigmoid,
+  kTanh,
+  kGelu,
+  kReluGrad,
+  kSign
+};
+}  // namespace unary_op
+namespace binary_op {
+enum : int {
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
+  kMaximum,
+  kMinimum,
+  kEqual,
+  kNotEqual,
+  kLess,
+  kLessEqual,
+  kGreater,
+  kGreaterEqual,
+  kLogicalAnd,
+  kLogicalOr
+};
+}  // namespace binary_op
+namespace reduce_op {
+enum : int { kSumOp, kMaxOp, kMinOp };
+}  // namespace reduce_op
+
 void unary(int op, int dtype, const void* x, void* y, int64_t n, cudaStream_t stream);
 // out[i] = op(a[ia(i)], b[ib(i)]); comparisons write bool.
 void binary(int op, int dtype, const void* a, const StridedIndex& ia, const void* b,

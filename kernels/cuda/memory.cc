@@ -95,7 +95,7 @@ void fill_random(Tensor& shard, const Shape& global_shape, const std::vector<int
                    : spec.distribution == RandomDistribution::kNormal ? "random_normal"
                                                                       : "truncated_normal";
   const DType dt = shard.dtype();
-  if (dt == DType::kBool || (!uniform && is_integer(dt))) throw_dtype(fn, shard);
+  if (dt == DType::kBool || (!uniform && is_integer(dt))) throw_unsupported(fn, shard);
   cuda_launch::RandomParams p{};
   p.kind = static_cast<int>(spec.distribution);
   p.key[0] = static_cast<uint32_t>(spec.seed);

@@ -184,7 +184,7 @@ Tensor gather(const Tensor& params, const Tensor& indices, int64_t axis) {
 Tensor scatter_add(const Shape& shape, const Tensor& indices, const Tensor& updates, int64_t axis) {
   const char* op = "scatter_add";
   check_indices(op, indices);
-  if (updates.dtype() == DType::kBool) throw_dtype(op, updates);
+  if (updates.dtype() == DType::kBool) throw_unsupported(op, updates);
   const int64_t rank = static_cast<int64_t>(shape.size());
   if (axis < -rank || axis >= rank) {
     throw_error<InvalidArgumentError>(op, "axis {} is out of range for {}", axis,

@@ -1,0 +1,43 @@
+// The argument checks of the kernel front, written once for every backend: the front
+// (kernels_inl.h) runs the ones a kernel's arguments need before it dispatches, and the backends
+// (cpu/, cuda/) share the helpers below instead of each writing its own copy. Each throws the
+// contract's error (kernels.h: "[op] ..." naming shapes and dtypes). Stateless and thread-safe.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernel_types.h"
+#include "runtime/tensor.h"
+
+namespace dtensor::kernels::checks {
+
+// DTypeError "[op] unsupported dtype <d>: <t>".
+[[noreturn]] void throw_unsupported(const char* op, const Tensor& t);
+
+// DTypeError "[op] <what> must be i32 or i64, got <t>" unless t is i32 or i64.
+void check_index_dtype(const char* op, const Tensor& t, const char* what);
+
+// `axis` in [-rank, rank) mapped to [0, rank); InvalidArgumentError "[op] axis 3 is out of range
+// for f32[2,3]" otherwise.
+int64_t normalize_axis(const char* op, int64_t axis, const Tensor& x);
+
+// The NumPy broadcast of a and b in *out; false if they are incompatible.
+bool try_broadcast_shapes(const Shape& a, const Shape& b, Shape* out);
+// The same, or ShapeError "[op] incompatible shapes for broadcasting: [2,3] vs [4]".
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+
+// True if unary(op, x) accepts x's dtype: floats for every op; i32/i64 for neg, abs, square, relu,
+// relu_grad and sign; never bool.
+bool unary_supports(UnaryOp op, DType dtype);
+
+// sparse_softmax_cross_entropy's arguments: float logits of rank >= 1 and i32/i64 labels of the
+// logits' shape without the last dim. (Label values are data: the backends check them.)
+void cross_entropy(const char* op, const Tensor& logits, const Tensor& labels);
+// The same, and grad of the labels' shape and the logits' dtype.
+void cross_entropy_grad(const char* op, const Tensor& logits, const Tensor& labels,
+                        const Tensor& grad);
+
+// one_hot's: i32/i64 indices (DTypeError) and depth >= 0 (InvalidArgumentError).
+void one_hot(const Tensor& indices, int64_t depth);
+
+}  // namespace dtensor::kernels::checks
