@@ -321,7 +321,7 @@ DTensor slice(const DTensor& x, const std::vector<int64_t>& begin, const Shape& 
 
 // ---- traced_relayout -------------------------------------------------------------------------
 
-// relayout records itself on active tapes (dtensor/relayout.h's recorder, set by the tape).
+// relayout records itself on active tapes (the tape listens through dtensor/step_observer.h).
 DTensor traced_relayout(const DTensor& x, const Layout& layout) { return relayout(x, layout); }
 
 }  // namespace dtensor
