@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "dtensor/collectives.h"
-#include "dtensor/trace_hook.h"
+#include "dtensor/step_observer.h"
 #include "runtime/block.h"
 
 namespace dtensor {
@@ -431,16 +431,6 @@ std::shared_ptr<const RelayoutPlan> plan_relayout(const Layout& from, const Layo
 
 namespace {
 
-std::atomic<RelayoutRecorder> relayout_recorder{nullptr};
-
-}  // namespace
-
-void set_relayout_recorder(RelayoutRecorder recorder) {
-  relayout_recorder.store(recorder, std::memory_order_release);
-}
-
-namespace {
-
 DTensor run_plan(const DTensor& tensor, const Layout& layout, const RelayoutPlan& plan) {
   std::vector<Tensor> shards = tensor.shards();
   for (const RelayoutStep& step : plan.steps) shards = run_step(shards, tensor.mesh(), step);
@@ -453,15 +443,13 @@ DTensor relayout(const DTensor& tensor, const Layout& layout) {
   if (tensor.layout() == layout) return tensor;
   auto plan = plan_relayout(tensor.layout(), layout, tensor.shape(), tensor.dtype());
   // A traced relayout keeps its plan: the replay runs the steps without planning or lookup.
-  DTensor out = TraceHook::active() == nullptr
+  DTensor out = StepObserver::active() == nullptr
                     ? run_plan(tensor, layout, *plan)
-                    : TraceHook::active()->call("relayout", {&tensor},
-                                                [plan, layout](const TraceHook::Inputs& in) {
-                                                  return run_plan(*in[0], layout, *plan);
-                                                });
-  if (RelayoutRecorder record = relayout_recorder.load(std::memory_order_acquire)) {
-    record(tensor, out);
-  }
+                    : StepObserver::active()->call("relayout", {&tensor},
+                                                   [plan, layout](const StepObserver::Inputs& in) {
+                                                     return run_plan(*in[0], layout, *plan);
+                                                   });
+  StepObserver::notify_relayout(tensor, out);
   return out;
 }
 

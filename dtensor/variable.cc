@@ -4,7 +4,7 @@
 #include <mutex>
 
 #include "dtensor/relayout.h"
-#include "dtensor/trace_hook.h"
+#include "dtensor/step_observer.h"
 
 namespace dtensor {
 
@@ -86,9 +86,9 @@ DType DVariable::dtype() const { return state_->dtype; }
 
 DTensor DVariable::value() const {
   // Traced: a replay reads the variable's value at that time, not the one seen while tracing.
-  if (TraceHook* hook = TraceHook::active()) {
+  if (StepObserver* hook = StepObserver::active()) {
     return hook->call("DVariable::value", {},
-                      [self = *this](const TraceHook::Inputs&) { return self.value(); });
+                      [self = *this](const StepObserver::Inputs&) { return self.value(); });
   }
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->value;
@@ -112,8 +112,8 @@ DTensor conform(const DTensor& value, const Layout& layout, const Shape& shape, 
 }  // namespace
 
 void DVariable::assign(const DTensor& value) {
-  if (TraceHook* hook = TraceHook::active()) {
-    hook->effect("DVariable::assign", {&value}, [self = *this](const TraceHook::Inputs& in) {
+  if (StepObserver* hook = StepObserver::active()) {
+    hook->effect("DVariable::assign", {&value}, [self = *this](const StepObserver::Inputs& in) {
       DVariable target = self;
       target.assign(*in[0]);
     });
@@ -139,8 +139,8 @@ bool DVariable::update_in_place(
 }
 
 void DVariable::assign_add(const DTensor& delta) {
-  if (TraceHook* hook = TraceHook::active()) {
-    hook->effect("DVariable::assign_add", {&delta}, [self = *this](const TraceHook::Inputs& in) {
+  if (StepObserver* hook = StepObserver::active()) {
+    hook->effect("DVariable::assign_add", {&delta}, [self = *this](const StepObserver::Inputs& in) {
       DVariable target = self;
       target.assign_add(*in[0]);
     });
@@ -157,8 +157,8 @@ void DVariable::assign_add(const DTensor& delta) {
 }
 
 void DVariable::assign_sub(const DTensor& delta) {
-  if (TraceHook* hook = TraceHook::active()) {
-    hook->effect("DVariable::assign_sub", {&delta}, [self = *this](const TraceHook::Inputs& in) {
+  if (StepObserver* hook = StepObserver::active()) {
+    hook->effect("DVariable::assign_sub", {&delta}, [self = *this](const StepObserver::Inputs& in) {
       DVariable target = self;
       target.assign_sub(*in[0]);
     });
