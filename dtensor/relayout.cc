@@ -289,7 +289,9 @@ PlanCache& plan_cache() {
 std::string plan_key(const Layout& from, const Layout& to, const Shape& shape, DType dtype) {
   std::string key;
   key.reserve(64);
-  uint64_t fp = from.mesh().fingerprint();
+  // Not fingerprint(): a plan holds layouts on its mesh, and a process-local mesh shares the
+  // fingerprint of the spanning mesh over the same dims.
+  uint64_t fp = from.mesh().identity_fingerprint();
   key.append(reinterpret_cast<const char*>(&fp), sizeof(fp));
   for (int8_t c : state_of(from)) key.push_back(static_cast<char>(c));
   key.push_back('|');
@@ -405,9 +407,9 @@ std::string RelayoutPlan::to_string() const {
 std::shared_ptr<const RelayoutPlan> plan_relayout(const Layout& from, const Layout& to,
                                                   const Shape& shape, DType dtype) {
   if (from.mesh() != to.mesh()) {
+    const auto [from_mesh, to_mesh] = distinct_mesh_strings(from.mesh(), to.mesh());
     throw_error<LayoutError>("relayout", "cannot move {} on mesh {} to {} on mesh {}",
-                             from.short_string(), from.mesh().dims_string(), to.short_string(),
-                             to.mesh().dims_string());
+                             from.short_string(), from_mesh, to.short_string(), to_mesh);
   }
   if (from.rank() != to.rank() || from.rank() != static_cast<int64_t>(shape.size())) {
     throw_error<LayoutError>("relayout", "shape {} with layout {} cannot take layout {}",

@@ -103,8 +103,9 @@ DTensor conform(const DTensor& value, const Layout& layout, const Shape& shape, 
                             dtype_name(dtype), shape_to_string(shape), value.short_string());
   }
   if (value.mesh() != layout.mesh()) {
+    const auto [variable_mesh, value_mesh] = distinct_mesh_strings(layout.mesh(), value.mesh());
     throw_error<LayoutError>(function, "variable '{}' lives on mesh {}, the value on mesh {}", name,
-                             layout.mesh().dims_string(), value.mesh().dims_string());
+                             variable_mesh, value_mesh);
   }
   return relayout(value, layout);
 }
