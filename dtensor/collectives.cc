@@ -3,7 +3,7 @@
 #include <atomic>
 
 #include "dtensor/mesh_backend.h"
-#include "runtime/capture_hook.h"
+#include "dtensor/step_observer.h"
 #include "runtime/thread_pool.h"
 
 namespace dtensor {
@@ -142,7 +142,7 @@ void reset_collective_stats() {
 std::vector<Tensor> all_reduce(const Mesh& mesh, MeshDimMask dims,
                                const std::vector<Tensor>& shards, ReduceOp op) {
   // Traced: the recorder runs and keeps this call (one thread-local load otherwise).
-  if (CaptureHook* hook = CaptureHook::active()) {
+  if (StepObserver* hook = StepObserver::active()) {
     return hook->shard_call("all_reduce", shards, [mesh, dims, op](const std::vector<Tensor>& s) {
       return all_reduce(mesh, dims, s, op);
     });
@@ -157,7 +157,7 @@ std::vector<Tensor> all_reduce(const Mesh& mesh, MeshDimMask dims,
 std::vector<Tensor> all_gather(const Mesh& mesh, MeshDimMask dims,
                                const std::vector<Tensor>& shards, int64_t axis) {
   // Traced: the recorder runs and keeps this call (one thread-local load otherwise).
-  if (CaptureHook* hook = CaptureHook::active()) {
+  if (StepObserver* hook = StepObserver::active()) {
     return hook->shard_call("all_gather", shards, [mesh, dims, axis](const std::vector<Tensor>& s) {
       return all_gather(mesh, dims, s, axis);
     });
@@ -173,7 +173,7 @@ std::vector<Tensor> all_gather(const Mesh& mesh, MeshDimMask dims,
 std::vector<Tensor> reduce_scatter(const Mesh& mesh, MeshDimMask dims,
                                    const std::vector<Tensor>& shards, ReduceOp op, int64_t axis) {
   // Traced: the recorder runs and keeps this call (one thread-local load otherwise).
-  if (CaptureHook* hook = CaptureHook::active()) {
+  if (StepObserver* hook = StepObserver::active()) {
     return hook->shard_call("reduce_scatter", shards,
                             [mesh, dims, op, axis](const std::vector<Tensor>& s) {
                               return reduce_scatter(mesh, dims, s, op, axis);
@@ -191,7 +191,7 @@ std::vector<Tensor> all_to_all(const Mesh& mesh, MeshDimMask dims,
                                const std::vector<Tensor>& shards, int64_t split_axis,
                                int64_t concat_axis) {
   // Traced: the recorder runs and keeps this call (one thread-local load otherwise).
-  if (CaptureHook* hook = CaptureHook::active()) {
+  if (StepObserver* hook = StepObserver::active()) {
     return hook->shard_call("all_to_all", shards,
                             [mesh, dims, split_axis, concat_axis](const std::vector<Tensor>& s) {
                               return all_to_all(mesh, dims, s, split_axis, concat_axis);
@@ -209,7 +209,7 @@ std::vector<Tensor> all_to_all(const Mesh& mesh, MeshDimMask dims,
 std::vector<Tensor> broadcast(const Mesh& mesh, MeshDimMask dims, const std::vector<Tensor>& shards,
                               int64_t root) {
   // Traced: the recorder runs and keeps this call (one thread-local load otherwise).
-  if (CaptureHook* hook = CaptureHook::active()) {
+  if (StepObserver* hook = StepObserver::active()) {
     return hook->shard_call("broadcast", shards, [mesh, dims, root](const std::vector<Tensor>& s) {
       return broadcast(mesh, dims, s, root);
     });
@@ -243,7 +243,7 @@ PendingAllReduce all_reduce_start(const Mesh& mesh, MeshDimMask dims,
   out.num_local_ = static_cast<size_t>(mesh.num_local_devices());
   // Traced: one recorded call per value hands it to the bucket, the last one starts it (here and
   // on every replay); wait() records the matching waits.
-  CaptureHook* hook = CaptureHook::active();
+  StepObserver* hook = StepObserver::active();
   if (hook != nullptr && mesh.group_size(dims) > 1 && !tensors.empty()) {
     auto traced = std::make_shared<PendingAllReduce::Traced>();
     traced->values = tensors;
@@ -303,7 +303,7 @@ std::vector<std::vector<Tensor>> PendingAllReduce::wait_traced() {
   out.reserve(traced->values.size());
   // Recorded while tracing (the hook is active then); the waits read each value's slot, so the
   // program keeps it until the bucket is done.
-  CaptureHook* hook = CaptureHook::active();
+  StepObserver* hook = StepObserver::active();
   for (size_t t = 0; t < traced->values.size(); ++t) {
     auto take = [traced, t](const std::vector<Tensor>&) {
       if (t == 0) traced->results = traced->pending.wait();
@@ -340,7 +340,7 @@ std::vector<std::vector<Tensor>> PendingAllReduce::wait() {
 }
 
 void barrier(const Mesh& mesh) {
-  if (CaptureHook* hook = CaptureHook::active()) {
+  if (StepObserver* hook = StepObserver::active()) {
     hook->shard_call("barrier", {}, [mesh](const std::vector<Tensor>&) {
       barrier(mesh);
       return std::vector<Tensor>();

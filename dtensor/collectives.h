@@ -93,8 +93,8 @@ class PendingAllReduce {
 // each group's bucket on its communication thread; backends that cannot overlap finish it here. The
 // results equal all_reduce's on each value. Counted as one all-reduce in CollectiveStats. Every
 // process makes the same starts in the same order, and waits for them in that order. While a step
-// is traced (runtime/capture_hook.h), the start and the wait are each recorded, one call per value,
-// so that the captured program starts the bucket and waits for it at the same points.
+// is traced (dtensor/step_observer.h), the start and the wait are each recorded, one call per
+// value, so that the captured program starts the bucket and waits for it at the same points.
 PendingAllReduce all_reduce_start(const Mesh& mesh, MeshDimMask dims,
                                   const std::vector<std::vector<Tensor>>& tensors, ReduceOp op);
 

@@ -5,7 +5,7 @@
 #include <map>
 
 #include "dtensor/relayout.h"
-#include "dtensor/trace_hook.h"
+#include "dtensor/step_observer.h"
 #include "runtime/element_loops.h"
 #include "runtime/random.h"
 
@@ -71,9 +71,9 @@ DTensor fill_named(const char* function, const Shape& shape, const Layout& layou
                    DType dtype) {
   check_fill_value(function, value, dtype);
   // Traced: a constant of the step, made again on replay (so it is freed between steps).
-  if (TraceHook* hook = TraceHook::active()) {
+  if (StepObserver* hook = StepObserver::active()) {
     return hook->call(function, {},
-                      [function, shape, layout, value, dtype](const TraceHook::Inputs&) {
+                      [function, shape, layout, value, dtype](const StepObserver::Inputs&) {
                         return fill_named(function, shape, layout, value, dtype);
                       });
   }

@@ -6,7 +6,7 @@
 #include <map>
 
 #include "dtensor/relayout.h"
-#include "dtensor/trace_hook.h"
+#include "dtensor/step_observer.h"
 #include "runtime/block.h"
 
 namespace dtensor {

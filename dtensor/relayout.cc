@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "dtensor/collectives.h"
-#include "dtensor/trace_hook.h"
+#include "dtensor/step_observer.h"
 #include "runtime/block.h"
 
 namespace dtensor {
@@ -289,7 +289,9 @@ PlanCache& plan_cache() {
 std::string plan_key(const Layout& from, const Layout& to, const Shape& shape, DType dtype) {
   std::string key;
   key.reserve(64);
-  uint64_t fp = from.mesh().fingerprint();
+  // Not fingerprint(): a plan holds layouts on its mesh, and a process-local mesh shares the
+  // fingerprint of the spanning mesh over the same dims.
+  uint64_t fp = from.mesh().identity_fingerprint();
   key.append(reinterpret_cast<const char*>(&fp), sizeof(fp));
   for (int8_t c : state_of(from)) key.push_back(static_cast<char>(c));
   key.push_back('|');
@@ -405,9 +407,9 @@ std::string RelayoutPlan::to_string() const {
 std::shared_ptr<const RelayoutPlan> plan_relayout(const Layout& from, const Layout& to,
                                                   const Shape& shape, DType dtype) {
   if (from.mesh() != to.mesh()) {
+    const auto [from_mesh, to_mesh] = distinct_mesh_strings(from.mesh(), to.mesh());
     throw_error<LayoutError>("relayout", "cannot move {} on mesh {} to {} on mesh {}",
-                             from.short_string(), from.mesh().dims_string(), to.short_string(),
-                             to.mesh().dims_string());
+                             from.short_string(), from_mesh, to.short_string(), to_mesh);
   }
   if (from.rank() != to.rank() || from.rank() != static_cast<int64_t>(shape.size())) {
     throw_error<LayoutError>("relayout", "shape {} with layout {} cannot take layout {}",
@@ -431,16 +433,6 @@ std::shared_ptr<const RelayoutPlan> plan_relayout(const Layout& from, const Layo
 
 namespace {
 
-std::atomic<RelayoutRecorder> relayout_recorder{nullptr};
-
-}  // namespace
-
-void set_relayout_recorder(RelayoutRecorder recorder) {
-  relayout_recorder.store(recorder, std::memory_order_release);
-}
-
-namespace {
-
 DTensor run_plan(const DTensor& tensor, const Layout& layout, const RelayoutPlan& plan) {
   std::vector<Tensor> shards = tensor.shards();
   for (const RelayoutStep& step : plan.steps) shards = run_step(shards, tensor.mesh(), step);
@@ -453,15 +445,13 @@ DTensor relayout(const DTensor& tensor, const Layout& layout) {
   if (tensor.layout() == layout) return tensor;
   auto plan = plan_relayout(tensor.layout(), layout, tensor.shape(), tensor.dtype());
   // A traced relayout keeps its plan: the replay runs the steps without planning or lookup.
-  DTensor out = TraceHook::active() == nullptr
+  DTensor out = StepObserver::active() == nullptr
                     ? run_plan(tensor, layout, *plan)
-                    : TraceHook::active()->call("relayout", {&tensor},
-                                                [plan, layout](const TraceHook::Inputs& in) {
-                                                  return run_plan(*in[0], layout, *plan);
-                                                });
-  if (RelayoutRecorder record = relayout_recorder.load(std::memory_order_acquire)) {
-    record(tensor, out);
-  }
+                    : StepObserver::active()->call("relayout", {&tensor},
+                                                   [plan, layout](const StepObserver::Inputs& in) {
+                                                     return run_plan(*in[0], layout, *plan);
+                                                   });
+  StepObserver::notify_relayout(tensor, out);
   return out;
 }
 

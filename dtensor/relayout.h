@@ -57,14 +57,10 @@ std::shared_ptr<const RelayoutPlan> plan_relayout(const Layout& from, const Layo
                                                   const Shape& shape, DType dtype);
 
 // `tensor` in `layout`. Throws LayoutError naming "relayout" for a layout on another mesh or of
-// another rank. A relayout that changes the layout is reported to the recorder (below), so that
-// the move is differentiable: on an active gradient tape the gradient flows back through it.
+// another rank. A relayout that changes the layout is reported to the observers of the step
+// (StepObserver::notify_relayout, dtensor/step_observer.h), so that the move is differentiable:
+// on an active gradient tape the gradient flows back through it.
 DTensor relayout(const DTensor& tensor, const Layout& layout);
-
-// The gradient tape's hook (ops/autograd.h installs it): called with the input and the output of
-// every relayout that changes the layout. Thread-safe; the last one set wins.
-using RelayoutRecorder = void (*)(const DTensor& input, const DTensor& output);
-void set_relayout_recorder(RelayoutRecorder recorder);
 
 struct PlanCacheStats {
   int64_t hits = 0;

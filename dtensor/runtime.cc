@@ -1,6 +1,7 @@
 #include "dtensor/runtime.h"
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -70,10 +71,19 @@ int64_t take_virtual_cpus(int& argc, char** argv) {
   return n;
 }
 
+// The machine's name, so that a user of several hosts can find the failing process.
+std::string host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "unknown";
+  return name;
+}
+
+// "dtensor: process 2 of 4 (host node-b): " under mpirun, "dtensor: " otherwise.
 std::string rank_prefix() {
   ProcessInfo p = this_process();
   if (!mpi_running.load() || p.count == 1) return "dtensor: ";
-  return "dtensor: process " + std::to_string(p.index) + " of " + std::to_string(p.count) + ": ";
+  return "dtensor: process " + std::to_string(p.index) + " of " + std::to_string(p.count) +
+         " (host " + host_name() + "): ";
 }
 
 [[noreturn]] void on_terminate() {

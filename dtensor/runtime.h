@@ -48,8 +48,9 @@ class Runtime {
   // Virtual CPU devices of this process.
   int64_t num_local_devices() const;
 
-  // Prints `message` (prefixed with this process's rank in a job) to stderr and ends every
-  // process of the job with exit code `code`.
+  // Prints `message` to stderr, prefixed in a job of several processes with this process's rank
+  // and host ("dtensor: process 2 of 4 (host node-b): "), and ends every process of the job with
+  // exit code `code`.
   [[noreturn]] static void abort_job(std::string_view message, int code = 1);
 
  private:

@@ -4,7 +4,7 @@
 #include <mutex>
 
 #include "dtensor/relayout.h"
-#include "dtensor/trace_hook.h"
+#include "dtensor/step_observer.h"
 
 namespace dtensor {
 
@@ -86,9 +86,9 @@ DType DVariable::dtype() const { return state_->dtype; }
 
 DTensor DVariable::value() const {
   // Traced: a replay reads the variable's value at that time, not the one seen while tracing.
-  if (TraceHook* hook = TraceHook::active()) {
+  if (StepObserver* hook = StepObserver::active()) {
     return hook->call("DVariable::value", {},
-                      [self = *this](const TraceHook::Inputs&) { return self.value(); });
+                      [self = *this](const StepObserver::Inputs&) { return self.value(); });
   }
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->value;
@@ -103,8 +103,9 @@ DTensor conform(const DTensor& value, const Layout& layout, const Shape& shape, 
                             dtype_name(dtype), shape_to_string(shape), value.short_string());
   }
   if (value.mesh() != layout.mesh()) {
+    const auto [variable_mesh, value_mesh] = distinct_mesh_strings(layout.mesh(), value.mesh());
     throw_error<LayoutError>(function, "variable '{}' lives on mesh {}, the value on mesh {}", name,
-                             layout.mesh().dims_string(), value.mesh().dims_string());
+                             variable_mesh, value_mesh);
   }
   return relayout(value, layout);
 }
@@ -112,8 +113,8 @@ DTensor conform(const DTensor& value, const Layout& layout, const Shape& shape, 
 }  // namespace
 
 void DVariable::assign(const DTensor& value) {
-  if (TraceHook* hook = TraceHook::active()) {
-    hook->effect("DVariable::assign", {&value}, [self = *this](const TraceHook::Inputs& in) {
+  if (StepObserver* hook = StepObserver::active()) {
+    hook->effect("DVariable::assign", {&value}, [self = *this](const StepObserver::Inputs& in) {
       DVariable target = self;
       target.assign(*in[0]);
     });
@@ -139,8 +140,8 @@ bool DVariable::update_in_place(
 }
 
 void DVariable::assign_add(const DTensor& delta) {
-  if (TraceHook* hook = TraceHook::active()) {
-    hook->effect("DVariable::assign_add", {&delta}, [self = *this](const TraceHook::Inputs& in) {
+  if (StepObserver* hook = StepObserver::active()) {
+    hook->effect("DVariable::assign_add", {&delta}, [self = *this](const StepObserver::Inputs& in) {
       DVariable target = self;
       target.assign_add(*in[0]);
     });
@@ -157,8 +158,8 @@ void DVariable::assign_add(const DTensor& delta) {
 }
 
 void DVariable::assign_sub(const DTensor& delta) {
-  if (TraceHook* hook = TraceHook::active()) {
-    hook->effect("DVariable::assign_sub", {&delta}, [self = *this](const TraceHook::Inputs& in) {
+  if (StepObserver* hook = StepObserver::active()) {
+    hook->effect("DVariable::assign_sub", {&delta}, [self = *this](const StepObserver::Inputs& in) {
       DVariable target = self;
       target.assign_sub(*in[0]);
     });

@@ -21,6 +21,7 @@ struct Mesh::State {
   int64_t process_index = 0;
   int64_t num_processes = 1;
   uint64_t fingerprint = 0;
+  uint64_t identity_fingerprint = 0;
 };
 
 namespace {
@@ -201,6 +202,8 @@ Mesh Mesh::build(std::string name, std::vector<MeshDim> dims, DeviceType type,
   std::string global = fmt::format("{}|{}|{}", state->name, device_type_name(type), n);
   for (const MeshDim& d : state->dims) global += fmt::format("|{}={}", d.name, d.size);
   state->fingerprint = fnv1a(global);
+  state->identity_fingerprint =
+      fnv1a(fmt::format("{}|local={},{}", global, state->local_ids.front(), l));
   return Mesh(std::move(state));
 }
 
@@ -273,6 +276,7 @@ int64_t Mesh::process_index() const { return state_->process_index; }
 int64_t Mesh::num_local_devices() const { return static_cast<int64_t>(state_->local_ids.size()); }
 const std::vector<int64_t>& Mesh::local_device_ids() const { return state_->local_ids; }
 uint64_t Mesh::fingerprint() const { return state_->fingerprint; }
+uint64_t Mesh::identity_fingerprint() const { return state_->identity_fingerprint; }
 
 int64_t Mesh::dim_index(std::string_view name) const {
   for (size_t i = 0; i < state_->dims.size(); ++i) {
@@ -425,6 +429,22 @@ int64_t Mesh::index_in_group(int64_t device_id, MeshDimMask mask) const {
 }
 
 std::string Mesh::dims_string() const { return dims_to_string(state_->dims); }
+
+std::string Mesh::identity_string() const {
+  const std::string name = state_->name.empty() ? "" : fmt::format("'{}' ", state_->name);
+  const auto& ids = state_->local_ids;
+  const std::string span = state_->num_processes == 1 ? "process-local, ids"
+                                                      : fmt::format("spans {} processes, local ids",
+                                                                    state_->num_processes);
+  return fmt::format("{}{} ({}, {} {}-{})", name, dims_string(), device_type_name(state_->type),
+                     span, ids.front(), ids.back());
+}
+
+std::pair<std::string, std::string> distinct_mesh_strings(const Mesh& a, const Mesh& b) {
+  std::string da = a.dims_string(), db = b.dims_string();
+  if (da != db) return {std::move(da), std::move(db)};
+  return {a.identity_string(), b.identity_string()};
+}
 
 std::string Mesh::to_string() const {
   std::vector<int64_t> global(static_cast<size_t>(num_devices()));

@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "runtime/device.h"
@@ -98,10 +99,19 @@ class Mesh {
   // 64-bit hash of the global part (name, dims, device type, global ids): identical on every
   // process that built the same mesh, different for different meshes.
   uint64_t fingerprint() const;
+  // 64-bit hash of everything operator== compares: the global part and the block of device ids
+  // this process owns (so its process span). A process-local mesh and one spanning processes
+  // over the same dims share a fingerprint() but not this: key caches of per-mesh decisions
+  // (relayout plans, sharding decisions) on it.
+  uint64_t identity_fingerprint() const;
 
   std::string to_string() const;
   // "batch=2,model=4": the dims alone, for short messages.
   std::string dims_string() const;
+  // The dims with what else tells meshes apart, for messages about two meshes whose dims look
+  // the same: "'m' replica=4 (CPU, spans 2 processes, local ids 0-1)",
+  // "replica=4 (CPU, process-local, ids 0-3)".
+  std::string identity_string() const;
 
   friend bool operator==(const Mesh& a, const Mesh& b);
   friend bool operator!=(const Mesh& a, const Mesh& b) { return !(a == b); }
@@ -118,6 +128,10 @@ class Mesh {
 
   std::shared_ptr<const State> state_;
 };
+
+// How a message names two meshes that are not equal: their dims_string()s when those differ,
+// otherwise their identity_string()s, so that the message never names two alike-looking meshes.
+std::pair<std::string, std::string> distinct_mesh_strings(const Mesh& a, const Mesh& b);
 
 // Parses "batch=2,model=4" into dims; throws MeshError for malformed text.
 std::vector<MeshDim> parse_mesh_dims(std::string_view text);

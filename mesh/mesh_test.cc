@@ -270,3 +270,25 @@ TEST_CASE("regression: mesh queries check their arguments") {
   CHECK(mesh.group(5, 3).size() == 8);
   CHECK(mesh.coord(7, 1) == 3);
 }
+
+// Regression: a process-local mesh and a mesh spanning processes over the same dims share the
+// global part (fingerprint()) but are different meshes; caches key on identity_fingerprint().
+TEST_CASE("regression: a process-local and a spanning mesh over the same dims are told apart") {
+  const Mesh local = Mesh::create({{"replica", 4}}, DeviceType::kCPU);
+  const Mesh spanning = Mesh::create({{"replica", 4}}, DeviceType::kCPU, 0, 2);
+  CHECK(local != spanning);
+  CHECK(local.fingerprint() == spanning.fingerprint());
+  CHECK(local.identity_fingerprint() != spanning.identity_fingerprint());
+  CHECK(spanning.identity_fingerprint() ==
+        Mesh::create({{"replica", 4}}, DeviceType::kCPU, 0, 2).identity_fingerprint());
+  CHECK(spanning.identity_fingerprint() !=
+        Mesh::create({{"replica", 4}}, DeviceType::kCPU, 1, 2).identity_fingerprint());
+  CHECK(local.identity_string() == "replica=4 (CPU, process-local, ids 0-3)");
+  CHECK(Mesh::create({{"replica", 4}}, DeviceType::kGPU, 1, 2, "m").identity_string() ==
+        "'m' replica=4 (GPU, spans 2 processes, local ids 2-3)");
+  // Dims that differ are enough; alike dims get the long form.
+  CHECK(distinct_mesh_strings(local, Mesh::create({{"x", 4}}, DeviceType::kCPU)) ==
+        std::pair<std::string, std::string>{"replica=4", "x=4"});
+  CHECK(distinct_mesh_strings(local, spanning).second ==
+        "replica=4 (CPU, spans 2 processes, local ids 0-1)");
+}

@@ -10,6 +10,7 @@
 #include "dtensor/collectives.h"
 #include "dtensor/creation.h"
 #include "dtensor/relayout.h"
+#include "dtensor/step_observer.h"
 #include "ops/ops.h"
 
 namespace dtensor {
@@ -36,18 +37,37 @@ struct ThreadTapes {
 
 thread_local ThreadTapes tapes;
 
-// relayout's hook: a relayout of a tracked value is an op like any other; the gradient of the
-// moved value goes back to the source's layout (sums brought whole: the value is the same).
-void record_relayout(const DTensor& input, const DTensor& output) {
-  if (!tape_active() || !is_floating(output.dtype())) return;
-  const Layout back = input.layout().without_partial();
-  record_op({&input}, output, [back](const DTensor& g) -> Grads { return {relayout(g, back)}; });
-}
+// The tapes' observer of the step (dtensor/step_observer.h), installed on a thread while it has
+// a tape: a relayout of a tracked value is an op like any other; the gradient of the moved value
+// goes back to the source's layout (sums brought whole: the value is the same). It only listens:
+// inside a captured step the recorder takes the work, and the tape still hears of relayouts.
+class TapeListener final : public StepObserver {
+ public:
+  TapeListener() : StepObserver(Role::kListens) {}
+
+  void relayouted(const DTensor& input, const DTensor& output) override {
+    if (!tape_active() || !is_floating(output.dtype())) return;
+    const Layout back = input.layout().without_partial();
+    record_op({&input}, output, [back](const DTensor& g) -> Grads { return {relayout(g, back)}; });
+  }
+
+  std::vector<Tensor> shard_call(const char* op, const std::vector<Tensor>&, ShardFn) override {
+    throw_error<InternalError>(op, "the gradient tape's listener was handed work");
+  }
+  DTensor call(const char* op, const Inputs&, ValueFn) override {
+    throw_error<InternalError>(op, "the gradient tape's listener was handed work");
+  }
+  void effect(const char* op, const Inputs&, EffectFn) override {
+    throw_error<InternalError>(op, "the gradient tape's listener was handed work");
+  }
+};
+
+thread_local TapeListener tape_listener;
 
 }  // namespace
 
 GradientTape::GradientTape() {
-  set_relayout_recorder(record_relayout);
+  if (tapes.active.empty()) StepObserver::install(&tape_listener);
   tapes.active.push_back(this);
   tapes.tracked.emplace_back();
   tapes.placeholders.emplace_back();
@@ -60,6 +80,7 @@ GradientTape::~GradientTape() {
     tapes.tracked.erase(tapes.tracked.begin() + index);
     tapes.placeholders.erase(tapes.placeholders.begin() + index);
     tapes.active.erase(it);
+    if (tapes.active.empty()) StepObserver::uninstall(&tape_listener);
   }
 }
 

@@ -13,7 +13,8 @@
 // assign, shares the variable's one value id: watch(variable) tracks every read of it, and the
 // gradient of a variable sums over all its reads (TF's semantics).
 //
-// relayout (dtensor/relayout.h) records itself on active tapes: its VJP relayouts the gradient
+// relayout (dtensor/relayout.h) records itself on active tapes, which hear of it through the
+// capture seam (dtensor/step_observer.h, whatever traces the step): its VJP relayouts the gradient
 // back. An op that computes a floating value from a tracked one without recording a VJP leaves a
 // placeholder on the tape, and gradient() throws UnimplementedError naming the op when the
 // gradient reaches it: a gradient is never silently dropped.

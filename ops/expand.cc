@@ -5,7 +5,7 @@
 #include <optional>
 #include <type_traits>
 
-#include "dtensor/trace_hook.h"
+#include "dtensor/step_observer.h"
 #include "runtime/block.h"
 #include "runtime/thread_pool.h"
 
@@ -443,10 +443,10 @@ DTensor run_local(const std::vector<const DTensor*>& inputs, const Layout& outpu
   // Traced: the recorder keeps a copy of the kernel (kernels capture by value) and every
   // argument; the replay makes the same grouping, stacking and threading decisions on the shards
   // it then has, so it gives eager's bits.
-  if (TraceHook* hook = TraceHook::active()) {
+  if (StepObserver* hook = StepObserver::active()) {
     return hook->call("run_local", inputs,
                       [output_layout, output_shape, output_dtype, work, kernel,
-                       stacking](const TraceHook::Inputs& in) {
+                       stacking](const StepObserver::Inputs& in) {
                         return run_local(in, output_layout, output_shape, output_dtype, work,
                                          kernel, stacking);
                       });

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "dtensor/relayout.h"
-#include "dtensor/trace_hook.h"
+#include "dtensor/step_observer.h"
 #include "kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
@@ -87,9 +87,10 @@ DTensor scatter_rows(const DTensor& params, const DTensor& indices, const DTenso
     return DTensor::from_trusted_shards(shape, dtype, out_layout, std::move(shards));
   };
   // Traced: the scatter runs again on the replayed indices and gradient.
-  if (TraceHook* hook = TraceHook::active()) {
-    return hook->call("gather", {&idx, &grad},
-                      [scatter](const TraceHook::Inputs& in) { return scatter(*in[0], *in[1]); });
+  if (StepObserver* hook = StepObserver::active()) {
+    return hook->call("gather", {&idx, &grad}, [scatter](const StepObserver::Inputs& in) {
+      return scatter(*in[0], *in[1]);
+    });
   }
   return scatter(idx, grad);
 }

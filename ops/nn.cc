@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "dtensor/creation.h"
-#include "dtensor/trace_hook.h"
+#include "dtensor/step_observer.h"
 #include "kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
@@ -151,11 +151,11 @@ DTensor dropout(const DTensor& x, double rate, const DTensor& seed, bool trainin
     return keep_mask(shape, layout, dtype, rate, seed_value(s));
   };
   // Traced: the mask is made again on every replay from the seed's value then.
-  const DTensor keep =
-      TraceHook::active() != nullptr
-          ? TraceHook::active()->call("dropout_mask", {&seed},
-                                      [make](const TraceHook::Inputs& in) { return make(*in[0]); })
-          : make(seed);
+  const DTensor keep = StepObserver::active() != nullptr
+                           ? StepObserver::active()->call(
+                                 "dropout_mask", {&seed},
+                                 [make](const StepObserver::Inputs& in) { return make(*in[0]); })
+                           : make(seed);
   return mul(x, keep);
 }
 

@@ -9,7 +9,7 @@
 #include "dtensor/collectives.h"
 #include "dtensor/creation.h"
 #include "dtensor/relayout.h"
-#include "dtensor/trace_hook.h"
+#include "dtensor/step_observer.h"
 #include "ops/ops.h"
 
 namespace dtensor {
@@ -186,12 +186,12 @@ std::pair<DTensor, DTensor> exact_product_operands(const DTensor& a, const DTens
   const DTensor& term = term_is_a ? a : b;
   DTensor factor = without_partial(term_is_a ? b : a);
   bool exact;
-  if (TraceHook* hook = TraceHook::active()) {
+  if (StepObserver* hook = StepObserver::active()) {
     // The layout chosen here depends on the factor's values: the trace decides (inside the
     // recorded check, so its tiny all-reduce is not recorded twice) and a replay checks that the
     // values still call for the same choice.
     auto decided = std::make_shared<std::optional<bool>>();
-    hook->effect("exact_factor", {&factor}, [divide, decided](const TraceHook::Inputs& in) {
+    hook->effect("exact_factor", {&factor}, [divide, decided](const StepObserver::Inputs& in) {
       const bool now = exact_factor(*in[0], divide);
       if (!decided->has_value()) *decided = now;
       if (**decided != now) {

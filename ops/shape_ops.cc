@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "dtensor/relayout.h"
-#include "dtensor/trace_hook.h"
+#include "dtensor/step_observer.h"
 #include "kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
@@ -59,9 +59,9 @@ DTensor reshape_forward(const DTensor& x, const Shape& shape) {
     return DTensor::from_trusted_shards(target, in.dtype(), out_layout, std::move(shards));
   };
   // Traced: the views are made again from the replayed input.
-  if (TraceHook* hook = TraceHook::active()) {
+  if (StepObserver* hook = StepObserver::active()) {
     return hook->call("reshape", {&in},
-                      [views](const TraceHook::Inputs& ins) { return views(*ins[0]); });
+                      [views](const StepObserver::Inputs& ins) { return views(*ins[0]); });
   }
   return views(in);
 }
@@ -321,7 +321,7 @@ DTensor slice(const DTensor& x, const std::vector<int64_t>& begin, const Shape& 
 
 // ---- traced_relayout -------------------------------------------------------------------------
 
-// relayout records itself on active tapes (dtensor/relayout.h's recorder, set by the tape).
+// relayout records itself on active tapes (the tape listens through dtensor/step_observer.h).
 DTensor traced_relayout(const DTensor& x, const Layout& layout) { return relayout(x, layout); }
 
 }  // namespace dtensor

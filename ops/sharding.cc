@@ -190,7 +190,9 @@ std::string cache_key(const OpSignature& sig, const std::vector<const DTensor*>&
     key += sig.attributes;
   }
   key.push_back('\0');
-  uint64_t fp = inputs[0]->mesh().fingerprint();
+  // Not fingerprint(): a decision holds layouts on its mesh, and a process-local mesh shares the
+  // fingerprint of the spanning mesh over the same dims.
+  uint64_t fp = inputs[0]->mesh().identity_fingerprint();
   append(key, &fp, sizeof(fp));
   for (const DTensor* in : inputs) {
     const Layout& l = in->layout();
@@ -209,9 +211,9 @@ std::string cache_key(const OpSignature& sig, const std::vector<const DTensor*>&
 void check_same_mesh(const char* op, const std::vector<const DTensor*>& inputs) {
   for (const DTensor* in : inputs) {
     if (in->mesh() != inputs[0]->mesh()) {
+      const auto [first, other] = distinct_mesh_strings(inputs[0]->mesh(), in->mesh());
       throw_error<MeshError>(op, "inputs {} and {} are on different meshes ({} and {})",
-                             inputs[0]->short_string(), in->short_string(),
-                             inputs[0]->mesh().dims_string(), in->mesh().dims_string());
+                             inputs[0]->short_string(), in->short_string(), first, other);
     }
   }
 }

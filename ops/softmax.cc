@@ -4,7 +4,7 @@
 // of [..., 1] values instead of gathering the axis), with the kernels' non-finite rules.
 #include "dtensor/creation.h"
 #include "dtensor/relayout.h"
-#include "dtensor/trace_hook.h"
+#include "dtensor/step_observer.h"
 #include "kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
@@ -216,8 +216,8 @@ void check_labels_in_range(const DTensor& labels, int64_t classes) {
 // its own, so that every replay checks its labels and throws the eager error before any kernel
 // reads them.
 void check_labels(const DTensor& labels, int64_t classes) {
-  if (TraceHook* hook = TraceHook::active()) {
-    hook->effect("label_check", {&labels}, [classes](const TraceHook::Inputs& in) {
+  if (StepObserver* hook = StepObserver::active()) {
+    hook->effect("label_check", {&labels}, [classes](const StepObserver::Inputs& in) {
       check_labels_in_range(*in[0], classes);
     });
     return;

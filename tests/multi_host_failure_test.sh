@@ -2,7 +2,8 @@
 # Failures on 2 network-namespace hosts x 2 processes, mid-way through a loop of all-reduces
 # across the hosts: a process SIGKILLed while its all-reduce is in flight, a process that throws,
 # and host 1's link taken down (ip link set ... down on its switch port). Each must end every
-# process of the job within 15 s of the failure, with a message naming the lost rank or host.
+# process of the job within 15 s of the failure, with a message naming the lost rank or host (the
+# throwing rank's message names both: "process 2 of 4 (host <name>-host1): ...").
 #   multi_host_failure_test.sh <netns_cluster.sh> <host_failure_mpi_main>
 set -euo pipefail
 source "$(dirname "$0")/multi_host_lib.sh"
@@ -46,7 +47,8 @@ expect_failure killed "process 3: step 20 reached at" \
   "process rank 3 with PID [0-9]+ on node [a-z0-9]+-host1 exited on signal 9" -- \
   --fail=kill --rank=3 --after=20
 expect_failure throws "process 2: step 20 reached at" \
-  "process 2 of 4: process 2 throws at step 20" "MPI_ABORT was invoked on rank 2" -- \
+  "process 2 of 4 \(host [a-z0-9]+-host1\): process 2 throws at step 20" \
+  "MPI_ABORT was invoked on rank 2" -- \
   --fail=throw --rank=2 --after=20
 export READY="$tmp/ready"
 rm -f "$READY"

@@ -27,10 +27,10 @@ for mode in throw exit kill return; do
   if ! grep -q "failing at step 3 (${mode})" "$log"; then
     echo "FAIL($mode): the failing rank's message is missing"; failures=$((failures + 1))
   fi
-  if [[ $mode == throw ]] && ! grep -q "process 1 of 2: \[train\] injected failure at step 3 on process 1" "$log"; then
+  if [[ $mode == throw ]] && ! grep -q "process 1 of 2 (host $(hostname)): \[train\] injected failure at step 3 on process 1" "$log"; then
     echo "FAIL(throw): the exception was not printed with its rank"; failures=$((failures + 1))
   fi
-  if [[ $mode == return ]] && ! grep -q "process 0 of 2: \[[a-z_]*\] process 1 has finished its program (its runtime shut down) while process 0 (this one) waits for it in " "$log"; then
+  if [[ $mode == return ]] && ! grep -q "process 0 of 2 (host $(hostname)): \[[a-z_]*\] process 1 has finished its program (its runtime shut down) while process 0 (this one) waits for it in " "$log"; then
     echo "FAIL(return): the waiting rank did not say that process 1 had finished"; failures=$((failures + 1))
   fi
   sleep 0.5

@@ -7,7 +7,7 @@
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/internal.h"
-#include "runtime/capture_hook.h"
+#include "runtime/elementwise_notes.h"
 
 namespace dtensor::kernels::cpu {
 namespace {
@@ -208,7 +208,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   } else {
     internal::visit_numeric(a.dtype(), [&](auto t) { compute<decltype(t)>(op, a, b, out); });
   }
-  // A recorder tracing somewhere learns what this call was (runtime/capture_hook.h).
+  // A recorder tracing somewhere learns what this call was (runtime/elementwise_notes.h).
   if (ElementwiseNotes::on()) {
     ElementwiseNotes::note({ElementwiseNote::Kind::kBinary,
                             static_cast<int>(op),

@@ -6,7 +6,7 @@
 #include "kernels/cpu/fast_math.h"
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/unary.h"
-#include "runtime/capture_hook.h"
+#include "runtime/elementwise_notes.h"
 
 namespace dtensor::kernels::cpu {
 namespace {
@@ -104,7 +104,7 @@ Tensor unary(UnaryOp op, const Tensor& x) {
     using T = decltype(t);
     apply<T>(op, x.data<T>(), y.data<T>(), x.num_elements());
   });
-  // A recorder tracing somewhere learns what this call was (runtime/capture_hook.h).
+  // A recorder tracing somewhere learns what this call was (runtime/elementwise_notes.h).
   if (ElementwiseNotes::on()) {
     ElementwiseNotes::note({ElementwiseNote::Kind::kUnary,
                             static_cast<int>(op),

@@ -1,6 +1,6 @@
 // ElementwiseCall: the structured form of a traced run_local call whose kernel was one CPU
 // elementwise kernel (unary, or binary with broadcasting), recovered from the kernels' notes
-// (runtime/capture_hook.h). It says what each device computed in terms a fused segment can run
+// (runtime/elementwise_notes.h). It says what each device computed in terms a fused segment can run
 // over blocks of elements (train/capture/segment.h): the op, the dtype, each device's output
 // shard shape, and how each operand's elements line up with the output's.
 //
@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "dtensor/dtensor.h"
-#include "runtime/capture_hook.h"
+#include "dtensor/step_observer.h"
+#include "runtime/elementwise_notes.h"
 
 namespace dtensor::capture {
 

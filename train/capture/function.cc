@@ -44,7 +44,7 @@ std::vector<DTensor> fresh_handles(const std::vector<DTensor>& arguments) {
 std::vector<DTensor> Function::operator()(const std::vector<DTensor>& arguments) {
   State& s = *state_;
   // Inside another trace the step is part of that program, whose recorder tells its values apart.
-  if (CaptureHook::active() != nullptr) return s.step(arguments);
+  if (StepObserver::active() != nullptr) return s.step(arguments);
   if (s.options.eager) return s.step(fresh_handles(arguments));
   std::lock_guard<std::mutex> lock(s.mu);
   for (auto it = s.cache.begin(); it != s.cache.end(); ++it) {

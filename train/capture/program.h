@@ -1,6 +1,6 @@
 // Program: a captured step, a straight-line list of calls over value slots.
 //
-// Each call is one closure the eager code handed to the recorder (dtensor/trace_hook.h): a local
+// Each call is one closure the eager code handed to the recorder (dtensor/step_observer.h): a local
 // kernel expansion (run_local with its kernel, stacking and work estimate), a relayout with its
 // plan, a collective, a variable read or update, an optimizer apply, a constant made again. Slots
 // hold the values between calls: the step's arguments, the results of calls, and constants the
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "dtensor/dtensor.h"
-#include "dtensor/trace_hook.h"
+#include "dtensor/step_observer.h"
 #include "train/capture/elementwise.h"
 #include "train/capture/replay_profile.h"
 #include "train/capture/segment.h"
@@ -38,9 +38,9 @@ class Program {
     std::vector<std::optional<ValueMeta>> rewrap;
     int output = -1;           // slot, or -1
     std::vector<int> release;  // slots whose last reader this call is
-    TraceHook::ValueFn value_fn;
-    TraceHook::EffectFn effect_fn;
-    CaptureHook::ShardFn shard_fn;
+    StepObserver::ValueFn value_fn;
+    StepObserver::EffectFn effect_fn;
+    StepObserver::ShardFn shard_fn;
     // The kind of call for the replay profile: the op and the value it made.
     std::string label;
     // A run_local of one elementwise kernel, in the structured form that fused segments replay

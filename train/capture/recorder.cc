@@ -6,19 +6,9 @@
 
 namespace dtensor::capture {
 
-class Recorder::Pause {
- public:
-  Pause() : previous_(exchange_active(nullptr)) {}
-  ~Pause() { exchange_active(previous_); }
-  Pause(const Pause&) = delete;
-  Pause& operator=(const Pause&) = delete;
-
- private:
-  CaptureHook* previous_;
-};
-
 Recorder::Recorder(const std::vector<DTensor>& arguments)
-    : program_(std::make_unique<Program>()),
+    : StepObserver(Role::kTakesWork),
+      program_(std::make_unique<Program>()),
       first_traced_id_(std::numeric_limits<int64_t>::max()),
       num_arguments_(static_cast<int>(arguments.size())) {
   for (const DTensor& a : arguments) {
@@ -37,7 +27,7 @@ Recorder::~Recorder() { stop(); }
 
 void Recorder::start() {
   if (installed_) return;
-  previous_ = exchange_active(this);
+  install(this);
   ElementwiseNotes::add(&notes_);
   installed_ = true;
 }
@@ -45,7 +35,7 @@ void Recorder::start() {
 void Recorder::stop() {
   if (!installed_) return;
   ElementwiseNotes::remove(&notes_);
-  exchange_active(previous_);
+  uninstall(this);
   installed_ = false;
 }
 

@@ -1,6 +1,6 @@
-// Recorder: the TraceHook a Function installs while it traces a step. Every call the eager code
-// hands it runs at once (recording paused, so nested work is not recorded twice) and is appended
-// to a Program.
+// Recorder: the StepObserver (dtensor/step_observer.h) a Function installs while it traces a step.
+// Every call the eager code hands it runs at once (recording paused, so nested work is not recorded
+// twice) and is appended to a Program.
 //
 // Identity: a DTensor input resolves to a slot by its value identity, its id (DTensor::id) with
 // the storage of its shards: copies of one handle meet the same slot; aliases, handles that share
@@ -40,7 +40,7 @@
 
 namespace dtensor::capture {
 
-class Recorder final : public TraceHook {
+class Recorder final : public StepObserver {
  public:
   // `arguments` become slots 0..n-1.
   explicit Recorder(const std::vector<DTensor>& arguments);
@@ -73,9 +73,6 @@ class Recorder final : public TraceHook {
   void add_value(int s, int64_t id, const Key& key, const std::vector<int>& inputs, const char* op);
   int add_result(Program::Slot slot, int64_t id, const std::vector<int>& inputs, const char* op);
 
-  // Pauses recording for the lifetime of a call's eager run.
-  class Pause;
-
   std::unique_ptr<Program> program_;
   std::map<std::pair<int64_t, Key>, int> values_;  // (DTensor id, storage) -> slot
   std::map<Key, std::vector<int>> by_storage_;     // storage -> slots holding it, oldest first
@@ -87,7 +84,6 @@ class Recorder final : public TraceHook {
   int num_arguments_;
   bool installed_ = false;
   std::vector<ElementwiseNote> notes_;  // registered with ElementwiseNotes while installed
-  CaptureHook* previous_ = nullptr;
 };
 
 }  // namespace dtensor::capture

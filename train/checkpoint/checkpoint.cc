@@ -5,7 +5,7 @@
 #include <map>
 #include <set>
 
-#include "dtensor/trace_hook.h"
+#include "dtensor/step_observer.h"
 #include "train/checkpoint/internal/file_io.h"
 #include "train/checkpoint/internal/in_trace.h"
 #include "train/checkpoint/internal/index.h"

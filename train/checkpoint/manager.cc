@@ -3,7 +3,7 @@
 #include <cctype>
 #include <random>
 
-#include "dtensor/trace_hook.h"
+#include "dtensor/step_observer.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/internal/file_io.h"
 #include "train/checkpoint/internal/in_trace.h"

@@ -4,7 +4,7 @@
 #include <exception>
 #include <set>
 
-#include "dtensor/trace_hook.h"
+#include "dtensor/step_observer.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/internal/file_io.h"
 #include "train/checkpoint/internal/in_trace.h"

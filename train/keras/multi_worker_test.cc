@@ -106,10 +106,10 @@ TEST_CASE("MultiWorkerMirroredStrategy trains as one process does, to 1e-6") {
     INFO(per_worker << " replicas per worker");
     const int64_t n = per_worker * this_process().count;
     Problem workers(std::make_shared<MultiWorkerMirroredStrategy>(per_worker));
-    // The reference: as many replicas, all in this process. Its mesh dim has another name:
-    // meshes with one global part are one mesh to the runtime's caches, whoever owns the devices.
+    // The reference: as many replicas, all in this process, on a mesh with the workers' dims and
+    // ids (the runtime's caches tell a process-local mesh from a spanning one).
     Problem one_process(std::make_shared<MirroredStrategy>(
-        Mesh::create({{"local_replica", n}}, DeviceType::kCPU), "local_replica"));
+        Mesh::create({{"replica", n}}, DeviceType::kCPU), "replica"));
     REQUIRE(one_process.strategy.mesh().num_local_devices() == n);
     const std::vector<Tensor> initial = one_process.weights();
     FitOptions options = quiet(1);

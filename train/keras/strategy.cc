@@ -57,8 +57,9 @@ Strategy::~Strategy() = default;
 
 void Strategy::check_mesh(const DTensor& value, const std::string& fn) const {
   if (value.mesh() != mesh_) {
+    const auto [value_mesh, strategy_mesh] = distinct_mesh_strings(value.mesh(), mesh_);
     throw_error<MeshError>(fn, "value {} lives on mesh {}, the strategy on {}",
-                           value.short_string(), value.mesh().dims_string(), mesh_.dims_string());
+                           value.short_string(), value_mesh, strategy_mesh);
   }
 }
 
@@ -68,10 +69,10 @@ DVariable Strategy::create_variable(const Tensor& initial, std::string name) con
 
 DVariable Strategy::create_variable(const DTensor& initial, std::string name) const {
   if (initial.mesh() != mesh_) {
+    const auto [value_mesh, strategy_mesh] = distinct_mesh_strings(initial.mesh(), mesh_);
     throw_error<LayoutError>(name_ + "::create_variable",
                              "initial value of '{}' {} lives on mesh {}, the strategy on {}", name,
-                             initial.short_string(), initial.mesh().dims_string(),
-                             mesh_.dims_string());
+                             initial.short_string(), value_mesh, strategy_mesh);
   }
   return DVariable(relayout(initial, replicated_layout(initial.rank())), std::move(name));
 }

@@ -110,6 +110,13 @@ TEST_CASE("variables created by the strategy are replicated") {
       s.create_variable(distribute(iota_f32({2}), other.replicated_layout(1)), "u"), LayoutError,
       Message("[MirroredStrategy::create_variable] initial value of 'u' f32[2] [unsharded] lives "
               "on mesh replica=2, the strategy on replica=4"));
+  // A mesh whose dims look the same is named with what tells it apart.
+  const Mesh named = Mesh::create({{"replica", 4}}, DeviceType::kCPU, 0, 1, "m");
+  CHECK_THROWS_MATCHES(
+      s.create_variable(distribute(iota_f32({2}), Layout::replicated(named, 1)), "u"), LayoutError,
+      Message("[MirroredStrategy::create_variable] initial value of 'u' f32[2] [unsharded] lives "
+              "on mesh 'm' replica=4 (CPU, process-local, ids 0-3), the strategy on replica=4 "
+              "(CPU, process-local, ids 0-3)"));
 }
 
 TEST_CASE("a distributed dataset gives each replica its slice of the global batch") {

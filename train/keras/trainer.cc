@@ -178,12 +178,13 @@ void check_same_mesh(const Model& model, const data::Dataset& data, const char* 
                      const char* fn) {
   const std::vector<DVariable> vars = model.variables();
   if (vars.empty() || vars.front().value().mesh() == data.mesh()) return;
+  const auto [data_mesh, model_mesh] =
+      distinct_mesh_strings(data.mesh(), vars.front().value().mesh());
   throw_error<MeshError>(fn,
                          "the {} is on mesh {}, the model's variables on mesh {}: build both "
                          "with one strategy (in its scope, and with its "
                          "experimental_distribute_dataset)",
-                         what, data.mesh().dims_string(),
-                         vars.front().value().mesh().dims_string());
+                         what, data_mesh, model_mesh);
 }
 
 void check_callbacks(const std::vector<Callback*>& callbacks, const char* fn) {

@@ -6,7 +6,7 @@
 
 #include "dtensor/creation.h"
 #include "dtensor/relayout.h"
-#include "dtensor/trace_hook.h"
+#include "dtensor/step_observer.h"
 #include "kernels/optimizer_update.h"
 #include "train/optim/in_place_update.h"
 
@@ -77,10 +77,10 @@ void Optimizer::apply(const std::vector<DVariable>& vars, const std::vector<DTen
   // Traced: one step of the program that applies again on replay, with the step count and
   // learning rate of that time (this optimizer must outlive the captured function). A replay
   // updates in place the buffers no one else holds.
-  if (TraceHook* hook = TraceHook::active()) {
-    TraceHook::Inputs inputs;
+  if (StepObserver* hook = StepObserver::active()) {
+    StepObserver::Inputs inputs;
     for (const DTensor& g : grads) inputs.push_back(&g);
-    hook->effect("Optimizer::apply", inputs, [this, vars](const TraceHook::Inputs& in) {
+    hook->effect("Optimizer::apply", inputs, [this, vars](const StepObserver::Inputs& in) {
       std::vector<DTensor> replayed;
       replayed.reserve(in.size());
       for (const DTensor* g : in) replayed.push_back(*g);

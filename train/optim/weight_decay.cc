@@ -25,11 +25,15 @@ DTensor weight_decay_loss(const std::vector<DVariable>& vars, double wd) {
   const DVariable& first = vars.front();
   for (const DVariable& v : vars) {
     if (v.layout().mesh() != first.layout().mesh() || v.dtype() != first.dtype()) {
+      const auto [first_mesh, other_mesh] =
+          v.layout().mesh() == first.layout().mesh()
+              ? std::pair{first.layout().mesh().dims_string(), v.layout().mesh().dims_string()}
+              : distinct_mesh_strings(first.layout().mesh(), v.layout().mesh());
       throw_error<InvalidArgumentError>(
           "weight_decay_loss",
           "variables '{}' {} on mesh {} and '{}' {} on mesh {} differ in mesh or dtype",
-          first.name(), dtype_name(first.dtype()), first.layout().mesh().dims_string(), v.name(),
-          dtype_name(v.dtype()), v.layout().mesh().dims_string());
+          first.name(), dtype_name(first.dtype()), first_mesh, v.name(), dtype_name(v.dtype()),
+          other_mesh);
     }
   }
   // Sum the halves of the squares first, then scale once: one multiply by wd per step.
