@@ -11,6 +11,7 @@
 #include "runtime/collective_agreement.h"
 #include "runtime/error.h"
 #include "runtime/mpi/mpi_backend.h"
+#include "runtime/mpi/test_groups.h"
 #include "runtime/process.h"
 #include "runtime/tensor.h"
 
@@ -18,16 +19,7 @@ using namespace dtensor;
 
 namespace {
 
-Group everyone() {
-  const ProcessInfo p = this_process();
-  Group g;
-  for (int64_t q = 0; q < p.count; ++q) {
-    g.devices.push_back(q);
-    g.owners.push_back(q);
-  }
-  g.self = p.index;
-  return g;
-}
+using dtensor::testing::everyone;
 
 bool is_last() { return this_process().index == this_process().count - 1; }
 

@@ -2,6 +2,7 @@
 // processes, all on this host): it goes through shared memory, folds in process order, gives
 // buckets the bits of the blocking call, and throws on every process when their tensors differ.
 #include "runtime/mpi/mpi_backend.h"
+#include "runtime/mpi/test_groups.h"
 
 #include <catch2/catch.hpp>
 
@@ -18,16 +19,7 @@ using namespace dtensor;
 
 namespace {
 
-Group everyone() {
-  const ProcessInfo p = this_process();
-  Group g;
-  for (int64_t q = 0; q < p.count; ++q) {
-    g.devices.push_back(q);
-    g.owners.push_back(q);
-  }
-  g.self = p.index;
-  return g;
-}
+using dtensor::testing::everyone;
 
 // Process p's value of element i: large terms of both signs and small ones, so that the order
 // of the sum shows in its bits.
