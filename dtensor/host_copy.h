@@ -4,9 +4,10 @@
 //
 // A shard on a GPU device lives in memory the host cannot touch: reading it through data<>() or
 // raw_data() crashes (or, on a device whose memory the host can map, silently reads stale bytes).
-// These functions copy through the GPU backend's transfer entries (kernels/gpu/gpu_kernels.h
-// copy_to_host, copy_to_gpu) when the memory is not host memory, and cost nothing otherwise: a
-// tensor already in host memory is returned as it is, so the CPU path keeps its cost.
+// These functions (runtime/element_loops.h's, for this floor and above) copy through the GPU
+// backend's transfer entries (kernels/gpu/gpu_kernels.h copy_to_host, copy_to_gpu) when the memory
+// is not host memory, and cost nothing otherwise: a tensor already in host memory is returned as
+// it is, so the CPU path keeps its cost.
 //
 // Meant for small tensors: a transfer waits for the device. Stateless and thread-safe.
 #pragma once

@@ -56,6 +56,19 @@ void fill_random(Tensor& shard, const Shape& global_shape, const std::vector<int
       });
 }
 
+Tensor host_readable(const Tensor& t) {
+  if (t.memory_space() == MemorySpace::kHost) return t;
+  return gpu::copy_to_host(t);
+}
+
+Tensor on_device(const Tensor& host, const Device& device) {
+  if (host.memory_space() != MemorySpace::kHost) {
+    throw_error<InternalError>("on_device", "{} is not in host memory", host.to_string());
+  }
+  if (memory_space_of(device.type) == MemorySpace::kHost) return host.with_device(device);
+  return gpu::copy_to_gpu(host, device);
+}
+
 std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter,
                                       std::array<uint32_t, 2> key) {
   return cpu::philox4x32_10(counter, key);

@@ -39,6 +39,15 @@ void fill_value(Tensor& dst, double value);
 void fill_random(Tensor& shard, const Shape& global_shape, const std::vector<int64_t>& offset,
                  const RandomSpec& spec);
 
+// Host reads of device memory for code above the kernel front (a flag, a scalar, a collective's
+// shape records): `t` itself when its elements are in host memory (no copy), else a new host
+// tensor (CPU:0) through the GPU table's copy_to_host; and `host` (host memory, InternalError
+// naming on_device otherwise) on `device`: retagged for a CPU device, else copied through
+// copy_to_gpu. Without a GPU backend, device memory throws "[copy_to_host] has no GPU kernel in
+// this build" (copy_to_gpu alike). dtensor/host_copy.h offers them above the runtime.
+Tensor host_readable(const Tensor& t);
+Tensor on_device(const Tensor& host, const Device& device);
+
 // Philox4x32-10 of one counter: host arithmetic, the same on every device.
 std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter, std::array<uint32_t, 2> key);
 

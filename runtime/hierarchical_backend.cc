@@ -6,6 +6,7 @@
 
 #include "runtime/block.h"
 #include "runtime/collective_agreement.h"
+#include "runtime/element_loops.h"
 #include "runtime/error.h"
 #include "runtime/shape.h"
 
@@ -346,10 +347,11 @@ class HierarchicalBackend final : public CollectiveBackend {
       records.push_back(in.rank());
       records.insert(records.end(), in.shape().begin(), in.shape().end());
     }
-    Tensor mine =
-        Tensor::empty({static_cast<int64_t>(records.size())}, DType::kI64, inputs[0].device());
+    // Written and read on the host; on a GPU they travel in the first member's memory.
+    Tensor mine = Tensor::empty({static_cast<int64_t>(records.size())}, DType::kI64);
     std::copy(records.begin(), records.end(), mine.data<int64_t>());
-    Tensor all = inter_->all_gather(leaders(group, view), {mine}, 0)[0];
+    const Tensor all = kernels::host_readable(inter_->all_gather(
+        leaders(group, view), {kernels::on_device(mine, inputs[0].device())}, 0)[0]);
     const int64_t* a = all.data<int64_t>();
     const int64_t* end = a + all.num_elements();
     std::vector<Shape> shapes(static_cast<size_t>(group.size()));
