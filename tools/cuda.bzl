@@ -60,6 +60,11 @@ def gpu_cc_test(name, **kwargs):
     if HAS_CUDA:
         native.cc_test(name = name, linkstatic = True, **kwargs)
 
+def gpu_sh_test(name, **kwargs):
+    """An sh_test about GPU binaries (it names them in `data`), where CUDA is installed."""
+    if HAS_CUDA:
+        native.sh_test(name = name, **kwargs)
+
 def gpu_cc_binary(name, **kwargs):
     """A cc_binary of GPU code (benches), linked like gpu_cc_test."""
     if HAS_CUDA:
