@@ -1,17 +1,22 @@
 // A test double for device memory, for tests of host reads above the kernel front: tensors whose
 // bytes the host cannot touch (pages mapped PROT_NONE), and the GPU table's transfer entries
 // (kernels/gpu/gpu_kernels.h copy_to_gpu, copy_to_host) replaced, for one test, by copies that
-// open the pages only while they run and count themselves. A host read of such a tensor outside
-// a transfer crashes the test. Not thread-safe: one test at a time.
+// open the pages only while they run and count themselves, and optionally a few kernels (reduce,
+// binary, cast: the CPU kernels run while their inputs' pages are open). A host read of such a
+// tensor outside a transfer or kernel crashes the test. Not thread-safe: one test at a time. The
+// emulated GPU device (issue 27, item 1) is the full version of this.
 #pragma once
 
 #include <sys/mman.h>
 
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
+#include <vector>
 
 #include "kernels/gpu/gpu_kernels.h"
+#include "kernels/kernels.h"
 #include "runtime/tensor.h"
 
 namespace dtensor::testing {
@@ -49,13 +54,18 @@ inline void unprotected(const void* data, size_t nbytes, const F& f) {
   REQUIRE(mprotect(page, mapped_size(nbytes), PROT_NONE) == 0);
 }
 
-inline Tensor opaque_copy_to_gpu(const Tensor& host, const Device& device) {
-  ++transfers;
+// A host tensor's elements in new opaque memory on `device`.
+inline Tensor opaque_from_host(const Tensor& host, const Device& device) {
   auto storage = std::make_shared<Storage>(opaque, host.nbytes(), device, "copy_to_gpu");
   Tensor out(host.shape(), host.dtype(), device, storage);
   unprotected(out.raw_data(), out.nbytes(),
               [&] { std::memcpy(out.raw_data(), host.raw_data(), host.nbytes()); });
   return out;
+}
+
+inline Tensor opaque_copy_to_gpu(const Tensor& host, const Device& device) {
+  ++transfers;
+  return opaque_from_host(host, device);
 }
 
 inline Tensor opaque_copy_to_host(const Tensor& t) {
@@ -66,25 +76,64 @@ inline Tensor opaque_copy_to_host(const Tensor& t) {
   return out;
 }
 
-// The GPU table's transfer entries replaced by the opaque ones (or emptied, `present` false) for
-// the life of this object; the counter restarts at 0.
+// A kernel on opaque memory: the CPU kernel `f` run on CPU-tagged handles of `inputs` while their
+// pages are open, its result put in opaque memory on the first input's device.
+template <typename F>
+inline Tensor opaque_kernel(std::initializer_list<const Tensor*> inputs, const F& f) {
+  const auto set = [&](int protection) {
+    for (const Tensor* t : inputs) {
+      REQUIRE(mprotect(const_cast<void*>(t->raw_data()), mapped_size(t->nbytes()), protection) ==
+              0);
+    }
+  };
+  set(PROT_READ | PROT_WRITE);
+  const Tensor host = f(Device{DeviceType::kCPU, 0});
+  set(PROT_NONE);
+  return opaque_from_host(host, (*inputs.begin())->device());
+}
+
+inline Tensor opaque_reduce(kernels::ReduceKind kind, const Tensor& x,
+                            const std::vector<int64_t>& axes, bool keepdims) {
+  return opaque_kernel({&x}, [&](const Device& cpu) {
+    return kernels::reduce(kind, x.with_device(cpu), axes, keepdims);
+  });
+}
+
+inline Tensor opaque_binary(kernels::BinaryOp op, const Tensor& a, const Tensor& b) {
+  return opaque_kernel({&a, &b}, [&](const Device& cpu) {
+    return kernels::binary(op, a.with_device(cpu), b.with_device(cpu));
+  });
+}
+
+inline Tensor opaque_cast(const Tensor& x, DType dtype) {
+  return opaque_kernel({&x}, [&](const Device& cpu) { return kernels::cast(x.with_device(cpu), dtype); });
+}
+
+// The GPU table's transfer entries replaced by the opaque ones (or emptied, `present` false), and
+// with `with_kernels` the reduce, binary and cast kernels by opaque ones and every other entry
+// emptied, for the life of this object. The transfer counter restarts at 0.
 class TransferEntries {
  public:
-  explicit TransferEntries(bool present)
-      : to_gpu_(kernels::gpu::registered_table.copy_to_gpu),
-        to_host_(kernels::gpu::registered_table.copy_to_host) {
-    kernels::gpu::registered_table.copy_to_gpu = present ? opaque_copy_to_gpu : nullptr;
-    kernels::gpu::registered_table.copy_to_host = present ? opaque_copy_to_host : nullptr;
+  explicit TransferEntries(bool present, bool with_kernels = false)
+      : saved_(kernels::gpu::registered_table) {
+    // With kernels, no other entry (a CUDA build's): every other kernel throws the front's error.
+    kernels::gpu::Table table = with_kernels ? kernels::gpu::Table{} : saved_;
+    table.copy_to_gpu = present ? opaque_copy_to_gpu : nullptr;
+    table.copy_to_host = present ? opaque_copy_to_host : nullptr;
+    if (with_kernels) {
+      table.reduce = opaque_reduce;
+      table.binary = opaque_binary;
+      table.cast = opaque_cast;
+    }
+    kernels::gpu::registered_table = table;
     transfers = 0;
   }
-  ~TransferEntries() {
-    kernels::gpu::registered_table.copy_to_gpu = to_gpu_;
-    kernels::gpu::registered_table.copy_to_host = to_host_;
-  }
+  ~TransferEntries() { kernels::gpu::registered_table = saved_; }
+  TransferEntries(const TransferEntries&) = delete;
+  TransferEntries& operator=(const TransferEntries&) = delete;
 
  private:
-  decltype(kernels::gpu::Table::copy_to_gpu) to_gpu_;
-  decltype(kernels::gpu::Table::copy_to_host) to_host_;
+  kernels::gpu::Table saved_;
 };
 
 }  // namespace dtensor::testing
