@@ -1,9 +1,13 @@
 // The checks above the kernel front that need values (the label range check of
-// sparse_softmax_cross_entropy, DVariable::assign_add/sub) run on GPU meshes without reading shard
+// sparse_softmax_cross_entropy, exact_factor of a partial product, DVariable::assign_add/sub) run
+// on GPU meshes without reading shard
 // memory on the host: here the "GPU" shards are pages the host cannot read
 // (dtensor/opaque_memory_testing.h), so a host read crashes the test. They give the CPU's results
 // and error texts, through a counted number of transfers.
 #include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
 
 #include "dtensor/host_copy.h"
 #include "dtensor/opaque_memory_testing.h"
@@ -30,6 +34,18 @@ DTensor two_shards(const Mesh& mesh, const Shape& shape, const std::vector<T>& g
     shards.push_back(on_device(host, Device{mesh.device_type(), id}));
   }
   return DTensor(shape, dtype_of<T>(), layout, shards);
+}
+
+// `values` on each of `mesh`'s two devices under `layout` (replicated or partial, rank 1).
+DTensor on_each_device(const Mesh& mesh, const Layout& layout, const std::vector<float>& values) {
+  const int64_t n = static_cast<int64_t>(values.size());
+  std::vector<Tensor> shards;
+  for (int64_t id = 0; id < 2; ++id) {
+    Tensor host = Tensor::empty({n}, DType::kF32);
+    std::copy(values.begin(), values.end(), host.data<float>());
+    shards.push_back(on_device(host, Device{mesh.device_type(), id}));
+  }
+  return DTensor({n}, DType::kF32, layout, shards);
 }
 
 Mesh gpu_mesh() { return Mesh::create({{"batch", 2}}, DeviceType::kGPU); }
@@ -83,4 +99,26 @@ TEST_CASE("DVariable::assign_add and assign_sub add on the device") {
   }
   CHECK(got == std::vector<float>{10, 21, 32, 43});
   CHECK(transfers - before == 2);  // only the reads of this test
+}
+
+TEST_CASE("mul of a partial sum checks its factor's values on the device") {
+  TransferEntries device(true, /*with_kernels=*/true);
+  const Mesh mesh = gpu_mesh();
+  const Layout partial({"unsharded"}, mesh, {{"batch", ReduceOp::kSum}});
+  const DTensor p = on_each_device(mesh, partial, {1, 2});
+  const Layout replicated = Layout::replicated(mesh, 1);
+  const DTensor finite = on_each_device(mesh, replicated, {3, 4});
+  const DTensor infinite = on_each_device(mesh, replicated, {3, INFINITY});
+  // A finite factor passes the partial sum through: each device's term times the factor, one
+  // scalar read back per device and no collective.
+  int before = transfers;
+  const DTensor y = mul(p, finite);
+  CHECK(y.layout() == partial);
+  CHECK(transfers - before == 2);
+  // An infinite factor needs the sum first (the first device's scalar says so): an all-reduce,
+  // which this GPU mesh has no backend for.
+  before = transfers;
+  CHECK_THROWS_WITH(mul(p, infinite),
+                    Catch::Contains("no collective backend is registered for GPU devices"));
+  CHECK(transfers - before == 1);
 }
