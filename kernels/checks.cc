@@ -1,6 +1,7 @@
 #include "kernels/checks.h"
 
 #include <algorithm>
+#include <string>
 
 #include "runtime/error.h"
 
@@ -92,6 +93,127 @@ void one_hot(const Tensor& indices, int64_t depth) {
   if (depth < 0) {
     throw_error<InvalidArgumentError>("one_hot", "depth must be >= 0, got {}", depth);
   }
+}
+
+void transpose(const Tensor& x, const std::vector<int64_t>& perm) {
+  const int64_t rank = x.rank();
+  std::vector<bool> seen(static_cast<size_t>(rank), false);
+  bool valid = static_cast<int64_t>(perm.size()) == rank;
+  for (size_t i = 0; valid && i < perm.size(); ++i) {
+    valid = perm[i] >= 0 && perm[i] < rank && !seen[static_cast<size_t>(perm[i])];
+    if (valid) seen[static_cast<size_t>(perm[i])] = true;
+  }
+  if (!valid) {
+    throw_error<InvalidArgumentError>("transpose",
+                                      "perm [{}] is not a permutation of the axes of {}",
+                                      fmt::join(perm, ","), describe(x));
+  }
+}
+
+void concat(const std::vector<Tensor>& xs, int64_t axis) {
+  if (xs.empty()) throw_error<InvalidArgumentError>("concat", "needs at least one tensor");
+  const Tensor& first = xs.front();
+  if (first.rank() == 0) {
+    throw_error<ShapeError>("concat", "cannot concatenate scalars: {}", describe(first));
+  }
+  const int64_t ax = normalize_axis("concat", axis, first);
+  for (const Tensor& x : xs) {
+    if (x.dtype() != first.dtype()) {
+      throw_error<DTypeError>("concat", "dtypes differ: {} vs {}", describe(first), describe(x));
+    }
+    bool same = x.rank() == first.rank();
+    for (int64_t d = 0; same && d < x.rank(); ++d) same = d == ax || x.dim(d) == first.dim(d);
+    if (!same) {
+      throw_error<ShapeError>("concat", "shapes differ outside axis {}: {} vs {}", ax,
+                              describe(first), describe(x));
+    }
+  }
+}
+
+void slice(const Tensor& x, const std::vector<int64_t>& begin, const Shape& size) {
+  const int64_t rank = x.rank();
+  if (static_cast<int64_t>(begin.size()) != rank || static_cast<int64_t>(size.size()) != rank) {
+    throw_error<InvalidArgumentError>("slice", "begin [{}] and size {} do not match the rank of {}",
+                                      fmt::join(begin, ","), shape_to_string(size), describe(x));
+  }
+  for (int64_t d = 0; d < rank; ++d) {
+    const size_t i = static_cast<size_t>(d);
+    const bool begin_ok = begin[i] >= 0 && begin[i] <= x.dim(d);
+    const int64_t extent = size[i] == -1 && begin_ok ? x.dim(d) - begin[i] : size[i];
+    if (!begin_ok || extent < 0 || begin[i] + extent > x.dim(d)) {
+      throw_error<InvalidArgumentError>("slice", "box at [{}] of size {} does not fit {}",
+                                        fmt::join(begin, ","), shape_to_string(size), describe(x));
+    }
+  }
+}
+
+void pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& paddings) {
+  auto paddings_string = [&] {
+    std::string s;
+    for (const auto& [lo, hi] : paddings)
+      s += fmt::format("{}({},{})", s.empty() ? "" : ",", lo, hi);
+    return "[" + s + "]";
+  };
+  if (static_cast<int64_t>(paddings.size()) != x.rank()) {
+    throw_error<InvalidArgumentError>("pad", "paddings {} do not match the rank of {}",
+                                      paddings_string(), describe(x));
+  }
+  for (const auto& [before, after] : paddings) {
+    if (before < 0 || after < 0) {
+      throw_error<InvalidArgumentError>("pad", "paddings {} must be non-negative for {}",
+                                        paddings_string(), describe(x));
+    }
+  }
+}
+
+void gather(const Tensor& params, const Tensor& indices, int64_t axis) {
+  if (params.rank() < 1) {
+    throw_error<ShapeError>("gather", "params must have rank >= 1, got {}", describe(params));
+  }
+  check_index_dtype("gather", indices, "indices");
+  normalize_axis("gather", axis, params);
+}
+
+void scatter_add(const Shape& shape, const Tensor& indices, const Tensor& updates, int64_t axis) {
+  const char* op = "scatter_add";
+  validate_shape(shape, op);
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  if (rank < 1) throw_error<ShapeError>(op, "output shape must have rank >= 1, got []");
+  if (axis < -rank || axis >= rank) {
+    throw_error<InvalidArgumentError>(op, "axis {} is out of range for {}", axis,
+                                      shape_to_string(shape));
+  }
+  const int64_t ax = axis < 0 ? axis + rank : axis;
+  check_index_dtype(op, indices, "indices");
+  if (updates.dtype() == DType::kBool) throw_unsupported(op, updates);
+  const Shape expected = gathered_shape(shape, indices.shape(), ax);
+  if (updates.shape() != expected) {
+    throw_error<ShapeError>(op,
+                            "updates {} should have shape {} for indices {} into {} along axis {}",
+                            describe(updates), shape_to_string(expected), describe(indices),
+                            shape_to_string(shape), ax);
+  }
+}
+
+Shape transposed_shape(const Shape& x, const std::vector<int64_t>& perm) {
+  Shape out(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) out[i] = x[static_cast<size_t>(perm[i])];
+  return out;
+}
+
+Shape slice_extent(const Shape& x, const std::vector<int64_t>& begin, const Shape& size) {
+  Shape extent = size;
+  for (size_t d = 0; d < extent.size(); ++d) {
+    if (extent[d] == -1) extent[d] = x[d] - begin[d];
+  }
+  return extent;
+}
+
+Shape gathered_shape(const Shape& shape, const Shape& indices, int64_t axis) {
+  Shape out(shape.begin(), shape.begin() + axis);
+  out.insert(out.end(), indices.begin(), indices.end());
+  out.insert(out.end(), shape.begin() + axis + 1, shape.end());
+  return out;
 }
 
 }  // namespace dtensor::kernels::checks

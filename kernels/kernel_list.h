@@ -175,37 +175,39 @@ DTENSOR_KERNEL(LayerNormGrad, layer_norm_grad,
 
 // out.shape[i] = x.shape[perm[i]]; perm must be a permutation of 0..rank-1.
 DTENSOR_KERNEL(Tensor, transpose, (const Tensor& x, const std::vector<int64_t>& perm), (x, perm),
-               "transpose", (x), )
+               "transpose", (x), checks::transpose(x, perm))
 
 // Joins tensors of one dtype and rank along `axis` (negative counts from the end); the other dims
 // must agree.
 DTENSOR_KERNEL(Tensor, concat, (const std::vector<Tensor>& xs, int64_t axis), (xs, axis),
-               "concat", (xs), )
+               "concat", (xs), checks::concat(xs, axis))
 
 // The box at `begin` of extent `size`; a size of -1 extends to the end of the dim.
 DTENSOR_KERNEL(Tensor, slice,
                (const Tensor& x, const std::vector<int64_t>& begin, const Shape& size),
-               (x, begin, size), "slice", (x), )
+               (x, begin, size), "slice", (x), checks::slice(x, begin, size))
 
 // Takes rows of `params` along `axis` at i32/i64 `indices` (like tf.gather / jnp.take):
 // out.shape = params.shape[:axis] + indices.shape + params.shape[axis+1:]. Indices outside
 // [0, params.shape[axis]) throw InvalidArgumentError.
 DTENSOR_KERNEL(Tensor, gather, (const Tensor& params, const Tensor& indices, int64_t axis),
-               (params, indices, axis), "gather", (params, indices), )
+               (params, indices, axis), "gather", (params, indices),
+               checks::gather(params, indices, axis))
 
 // Pads each dim with (before, after) elements of `value` (converted to x's dtype); paddings are
 // non-negative. The adjoint of slice.
 DTENSOR_KERNEL(Tensor, pad,
                (const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& paddings,
                 double value DTENSOR_DEFAULT(0.0)),
-               (x, paddings, value), "pad", (x), )
+               (x, paddings, value), "pad", (x), checks::pad(x, paddings))
 
 // A zero tensor of `shape` and updates' dtype with `updates` added at `indices` along `axis`:
 // updates.shape = shape[:axis] + indices.shape + shape[axis+1:]. The adjoint of gather;
 // repeated indices accumulate. Not for bool.
 DTENSOR_KERNEL(Tensor, scatter_add,
                (const Shape& shape, const Tensor& indices, const Tensor& updates, int64_t axis),
-               (shape, indices, updates, axis), "scatter_add", (updates, indices), )
+               (shape, indices, updates, axis), "scatter_add", (updates, indices),
+               checks::scatter_add(shape, indices, updates, axis))
 
 // ---- CNN ops (f32, f64, bf16 through f32; NHWC, HWIO; kernels/conv_params.h) ------------
 
