@@ -194,7 +194,7 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
       cuda_launch::bias_activation(
           code(x.dtype()), out.raw_data(), bias ? bias->raw_data() : nullptr,
           num_elements(g.out) / std::max<int64_t>(1, g.n), g.n,
-          relu ? static_cast<int>(UnaryOp::kRelu) : -1, stream_of(x, "dense"));
+          relu ? cuda_launch::unary_op::kRelu : -1, stream_of(x, "dense"));
     }
     return out;
   }
