@@ -195,6 +195,85 @@ void scatter_add(const Shape& shape, const Tensor& indices, const Tensor& update
   }
 }
 
+namespace {
+
+void check_conv_params(const char* op, const Conv2dParams& p) {
+  if (p.stride_h < 1 || p.stride_w < 1 || p.dilation_h < 1 || p.dilation_w < 1 || p.groups < 1 ||
+      p.pad_top < 0 || p.pad_bottom < 0 || p.pad_left < 0 || p.pad_right < 0) {
+    throw_error<InvalidArgumentError>(
+        op,
+        "strides {}x{}, dilations {}x{} and groups {} must be >= 1 and paddings {},{},{},{} >= 0",
+        p.stride_h, p.stride_w, p.dilation_h, p.dilation_w, p.groups, p.pad_top, p.pad_bottom,
+        p.pad_left, p.pad_right);
+  }
+}
+
+void check_float_pair(const char* op, const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype()) {
+    throw_error<DTypeError>(op, "dtypes differ: {} and {}", describe(a), describe(b));
+  }
+  if (!is_floating(a.dtype())) throw_unsupported(op, a);
+}
+
+void check_dy(const char* op, const Tensor& dy, const ConvGeometry& g) {
+  if (dy.shape() != Shape{g.n, g.oh, g.ow, g.o}) {
+    throw_error<ShapeError>(op, "dy {} must be [{},{},{},{}]", describe(dy), g.n, g.oh, g.ow, g.o);
+  }
+}
+
+}  // namespace
+
+ConvGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, const Conv2dParams& p) {
+  check_conv_params(op, p);
+  if (x.size() != 4 || w.size() != 4) {
+    throw_error<ShapeError>(op, "x {} must be [n,h,w,c] and w {} [kh,kw,c/groups,o]",
+                            shape_to_string(x), shape_to_string(w));
+  }
+  ConvGeometry g;
+  g.n = x[0], g.h = x[1], g.w = x[2], g.c = x[3];
+  g.kh = w[0], g.kw = w[1], g.cpg = w[2], g.o = w[3];
+  g.groups = p.groups;
+  if (g.cpg * g.groups != g.c || g.o % g.groups != 0) {
+    throw_error<ShapeError>(op, "x {} has {} channels, w {} takes {} in each of {} groups",
+                            shape_to_string(x), g.c, shape_to_string(w), g.cpg, g.groups);
+  }
+  g.oh = conv_output_size(g.h, p.pad_top, p.pad_bottom, g.kh, p.dilation_h, p.stride_h);
+  g.ow = conv_output_size(g.w, p.pad_left, p.pad_right, g.kw, p.dilation_w, p.stride_w);
+  if (g.oh == kOutputSizeOverflow || g.ow == kOutputSizeOverflow) {
+    throw_error<InvalidArgumentError>(
+        op,
+        "x {} padded by {},{},{},{} or the {}x{} window dilated {}x{} is larger than int64 holds",
+        shape_to_string(x), p.pad_top, p.pad_bottom, p.pad_left, p.pad_right, g.kh, g.kw,
+        p.dilation_h, p.dilation_w);
+  }
+  if (g.oh < 1 || g.ow < 1 || g.kh < 1 || g.kw < 1) {
+    throw_error<ShapeError>(
+        op, "the {}x{} window (dilation {}x{}) does not fit x {} padded by {},{},{},{}", g.kh, g.kw,
+        p.dilation_h, p.dilation_w, shape_to_string(x), p.pad_top, p.pad_bottom, p.pad_left,
+        p.pad_right);
+  }
+  return g;
+}
+
+void conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  check_float_pair("conv2d", x, w);
+  conv_geometry("conv2d", x.shape(), w.shape(), p);
+}
+
+void conv2d_backprop_input(const Shape& x_shape, const Tensor& w, const Tensor& dy,
+                           const Conv2dParams& p) {
+  const char* op = "conv2d_backprop_input";
+  check_float_pair(op, w, dy);
+  check_dy(op, dy, conv_geometry(op, x_shape, w.shape(), p));
+}
+
+void conv2d_backprop_filter(const Tensor& x, const Shape& w_shape, const Tensor& dy,
+                            const Conv2dParams& p) {
+  const char* op = "conv2d_backprop_filter";
+  check_float_pair(op, x, dy);
+  check_dy(op, dy, conv_geometry(op, x.shape(), w_shape, p));
+}
+
 Shape transposed_shape(const Shape& x, const std::vector<int64_t>& perm) {
   Shape out(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) out[i] = x[static_cast<size_t>(perm[i])];

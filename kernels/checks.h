@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/conv_params.h"
 #include "kernels/kernel_types.h"
 #include "runtime/tensor.h"
 
@@ -57,6 +58,21 @@ void gather(const Tensor& params, const Tensor& indices, int64_t axis);
 // A valid shape of rank >= 1, an axis in range, i32/i64 indices, numeric updates of
 // gathered_shape(shape, indices, axis).
 void scatter_add(const Shape& shape, const Tensor& indices, const Tensor& updates, int64_t axis);
+
+// ---- CNN ops: the one place the kernels check convolution geometry ----
+
+// x [n,h,w,c] * w [kh,kw,c/groups,o] -> y [n,oh,ow,o] under p: strides, dilations and groups >= 1,
+// paddings >= 0 (InvalidArgumentError), rank-4 shapes whose channels split into the groups
+// (ShapeError), no int64 overflow (InvalidArgumentError) and a window that fits the padded input
+// (ShapeError). Returns the extents; backends call it again for them.
+ConvGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, const Conv2dParams& p);
+// The same, and x and w of one float dtype (DTypeError).
+void conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& p);
+// The same with dy of the output's shape (ShapeError), for the two gradients.
+void conv2d_backprop_input(const Shape& x_shape, const Tensor& w, const Tensor& dy,
+                           const Conv2dParams& p);
+void conv2d_backprop_filter(const Tensor& x, const Shape& w_shape, const Tensor& dy,
+                            const Conv2dParams& p);
 
 // Shape arithmetic the backends share once the checks passed:
 // x's axes in the order of perm.

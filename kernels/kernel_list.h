@@ -218,17 +218,19 @@ DTENSOR_KERNEL(Tensor, scatter_add,
 // f32 runs on oneDNN (a primitive per geometry, cached) with params.threads threads; f64 on a
 // direct loop (the reference the gradient checks use).
 DTENSOR_KERNEL(Tensor, conv2d, (const Tensor& x, const Tensor& w, const Conv2dParams& params),
-               (x, w, params), "conv2d", (x, w), )
+               (x, w, params), "conv2d", (x, w), checks::conv2d(x, w, params))
 // The gradient of conv2d with respect to x (of `x_shape`), given w and the output gradient dy.
 DTENSOR_KERNEL(Tensor, conv2d_backprop_input,
                (const Shape& x_shape, const Tensor& w, const Tensor& dy,
                 const Conv2dParams& params),
-               (x_shape, w, dy, params), "conv2d_backprop_input", (w, dy), )
+               (x_shape, w, dy, params), "conv2d_backprop_input", (w, dy),
+               checks::conv2d_backprop_input(x_shape, w, dy, params))
 // The gradient of conv2d with respect to w (of `w_shape`), given x and dy.
 DTENSOR_KERNEL(Tensor, conv2d_backprop_filter,
                (const Tensor& x, const Shape& w_shape, const Tensor& dy,
                 const Conv2dParams& params),
-               (x, w_shape, dy, params), "conv2d_backprop_filter", (x, dy), )
+               (x, w_shape, dy, params), "conv2d_backprop_filter", (x, dy),
+               checks::conv2d_backprop_filter(x, w_shape, dy, params))
 
 // Max and average over each window of every channel; the gradients route dy back (max: to the
 // first maximum of each window, as TF; avg: dy / count to each unpadded position).
