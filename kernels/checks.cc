@@ -88,6 +88,17 @@ void cross_entropy_grad(const char* op, const Tensor& logits, const Tensor& labe
   }
 }
 
+void dense_bias(const Tensor& x, const Tensor* bias, const Shape& out) {
+  if (bias != nullptr && bias->dtype() != x.dtype()) {
+    throw_error<DTypeError>("dense", "bias {} does not match output {}{}", describe(*bias),
+                            dtype_name(x.dtype()), shape_to_string(out));
+  }
+  if (bias != nullptr && bias->shape() != Shape{out.back()}) {
+    throw_error<ShapeError>("dense", "bias {} does not match output {}{}", describe(*bias),
+                            dtype_name(x.dtype()), shape_to_string(out));
+  }
+}
+
 void one_hot(const Tensor& indices, int64_t depth) {
   check_index_dtype("one_hot", indices, "indices");
   if (depth < 0) {

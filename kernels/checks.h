@@ -40,6 +40,10 @@ void cross_entropy(const char* op, const Tensor& logits, const Tensor& labels);
 void cross_entropy_grad(const char* op, const Tensor& logits, const Tensor& labels,
                         const Tensor& grad);
 
+// dense's bias, given the product's shape `out` (the backends compute it): null, or of x's dtype
+// (DTypeError) and shape [out.back()] (ShapeError).
+void dense_bias(const Tensor& x, const Tensor* bias, const Shape& out);
+
 // one_hot's: i32/i64 indices (DTypeError) and depth >= 0 (InvalidArgumentError).
 void one_hot(const Tensor& indices, int64_t depth);
 
