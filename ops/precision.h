@@ -11,9 +11,9 @@
 // reductions, the loss, the optimizer) stays f32. Gradients flow back through the casts: each
 // f32 input gets an f32 gradient, so the optimizer sees the variable's dtype. The partial
 // gradient of a replicated weight is reduced in f32 (the bf16 -> f32 cast passes the partial
-// sum through, and the f32 terms are summed), or, with `bf16_gradient_reduction()`, in bf16
-// before the cast: half the bytes on the wire, each term rounded to bf16 first, summed with f32
-// accumulation by the collective backends and rounded to bf16 once (docs/mixed_precision.md).
+// sum through, and the f32 terms are summed), or, with `with_bf16_gradient_reduction()`, in
+// bf16 before the cast: half the bytes on the wire, at the cost of bf16 roundings of the sum
+// (docs/mixed_precision.md states the bound for each collective backend).
 // Operands already in bf16 (or f64, or integers) are left alone: the policy only changes f32.
 //
 // The current policy is per thread (float32 unless a PolicyScope says otherwise); a captured
