@@ -21,9 +21,8 @@ Policy Policy::mixed_bfloat16() { return Policy(DType::kBF16, DType::kF32); }
 Policy Policy::from_name(const std::string& name) {
   if (name == "float32") return float32();
   if (name == "mixed_bfloat16") return mixed_bfloat16();
-  throw_error<InvalidArgumentError>("Policy::from_name",
-                                    "unknown precision policy '{}' (float32 or mixed_bfloat16)",
-                                    name);
+  throw_error<InvalidArgumentError>(
+      "Policy::from_name", "unknown precision policy '{}' (float32 or mixed_bfloat16)", name);
 }
 
 Policy Policy::with_bf16_gradient_reduction() const { return Policy(compute_, compute_); }

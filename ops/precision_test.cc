@@ -135,8 +135,8 @@ TEST_CASE("mixed_bfloat16 runs matmul, dense and conv2d in bf16 and returns f32"
   for (const DTensor* y : {&y_matmul, &y_dense, &y_conv}) CHECK(y->dtype() == DType::kF32);
   // The bits of the explicit bf16 computation, not those of the f32 one.
   CHECK(same_values(y_matmul, cast(matmul(bf(x), bf(w)), DType::kF32)));
-  CHECK(same_values(y_dense, cast(dense(bf(x), bf(w), bf(b), DenseActivation::kRelu),
-                                  DType::kF32)));
+  CHECK(
+      same_values(y_dense, cast(dense(bf(x), bf(w), bf(b), DenseActivation::kRelu), DType::kF32)));
   CHECK(same_values(y_conv, cast(conv2d(bf(img), bf(filter)), DType::kF32)));
   CHECK(!same_values(y_matmul, f32_matmul));
   CHECK(!same_values(y_dense, f32_dense));

@@ -45,8 +45,7 @@ TEST_CASE("a Dense layer's policy wins over the thread's", "[precision]") {
   CHECK(current_policy() == Policy::float32());  // call() restored the thread's policy
 }
 
-TEST_CASE("training under mixed_bfloat16 keeps variables and Adam's slots in f32",
-          "[precision]") {
+TEST_CASE("training under mixed_bfloat16 keeps variables and Adam's slots in f32", "[precision]") {
   keras::MirroredStrategy strategy;
   auto scope = strategy.scope();
   keras::Sequential model(12, {keras::Dense(16, dtensor::relu), keras::Dense(4)}, 7);
