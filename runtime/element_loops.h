@@ -4,7 +4,7 @@
 // Declared here, on the runtime floor, so that runtime code can call them; defined on the kernels
 // floor by //kernels:memory (kernels/memory.cc), which //runtime:block and //runtime:random link.
 // Each function dispatches with a switch on the device type of its tensors to the CPU
-// implementation (kernels/cpu/cpu_memory.h) or the GPU one (the table of kernels/gpu/gpu_kernels.h;
+// implementation (kernels/cpu/cpu_kernels.h) or the GPU one (the table of kernels/gpu/gpu_kernels.h;
 // UnimplementedError "[fill] has no GPU kernel in this build" without CUDA). //kernels:memory
 // depends on nothing above //runtime:tensor (and the thread pool), so that the runtime can link it.
 //

@@ -343,14 +343,7 @@ void matmul_accumulate(const Tensor& a, const Tensor& b, Tensor& out,
 Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
              std::optional<UnaryOp> activation, const MatmulOptions& options) {
   const MatmulShape s = matmul_shape("dense", x, w, options);
-  if (bias != nullptr && bias->dtype() != x.dtype()) {
-    throw_error<DTypeError>("dense", "bias {} does not match output {}{}", describe(*bias),
-                            dtype_name(x.dtype()), shape_to_string(s.out));
-  }
-  if (bias != nullptr && bias->shape() != Shape{s.n}) {
-    throw_error<ShapeError>("dense", "bias {} does not match output {}{}", describe(*bias),
-                            dtype_name(x.dtype()), shape_to_string(s.out));
-  }
+  checks::dense_bias(x, bias, s.out);
   if (activation && !internal::unary_supports(*activation, x.dtype())) {
     throw_error<DTypeError>("dense", "activation {} does not support {}: {} x {}",
                             unary_op_name(*activation), dtype_name(x.dtype()),
