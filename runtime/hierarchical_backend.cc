@@ -7,6 +7,7 @@
 
 #include "runtime/block.h"
 #include "runtime/collective_agreement.h"
+#include "runtime/collective_bytes.h"
 #include "runtime/error.h"
 #include "runtime/shape.h"
 
@@ -86,27 +87,12 @@ Group leaders(const Group& group, const ProcessView& view) {
   return out;
 }
 
-// Product of the dims before `axis`: 1 when chunks along `axis` are contiguous in memory.
-int64_t leading_extent(const Tensor& t, int64_t axis) {
-  int64_t n = 1;
-  for (int64_t d = 0; d < axis; ++d) n *= t.dim(d);
-  return n;
-}
-
-Shape with_dim(Shape shape, int64_t axis, int64_t size) {
-  shape[static_cast<size_t>(axis)] = size;
-  return shape;
-}
-
 std::vector<int64_t> at_dim(size_t rank, int64_t axis, int64_t offset) {
   std::vector<int64_t> begin(rank, 0);
   begin[static_cast<size_t>(axis)] = offset;
   return begin;
 }
 
-// A byte tensor (no zero fill).
-Tensor byte_buffer(const Shape& shape) { return Tensor::empty(shape, DType::kBool); }
-char* bytes_of(Tensor& t) { return static_cast<char*>(t.raw_data()); }
 
 // The across-process stage of a bucket in flight; its results shared by the local members.
 class SharedWhenDone final : public PendingCollective {
