@@ -93,7 +93,6 @@ std::vector<int64_t> at_dim(size_t rank, int64_t axis, int64_t offset) {
   return begin;
 }
 
-
 // The across-process stage of a bucket in flight; its results shared by the local members.
 class SharedWhenDone final : public PendingCollective {
  public:

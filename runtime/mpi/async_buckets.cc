@@ -59,7 +59,8 @@ double trace_clock_ms() {
 }
 
 void trace_blocking(int64_t process, size_t bytes, double began) {
-  std::fprintf(stderr, "[overlap-trace] process=%lld blocking bytes=%zu mpi_begin=%.3f mpi_end=%.3f\n",
+  std::fprintf(stderr,
+               "[overlap-trace] process=%lld blocking bytes=%zu mpi_begin=%.3f mpi_end=%.3f\n",
                static_cast<long long>(process), bytes, began, trace_clock_ms());
 }
 
@@ -114,10 +115,10 @@ void reduce_bucket_over_mpi(MpiSession& session, Bucket& b, const std::vector<in
     MPI_Comm comm = session.comm_for(ranks);
     for (size_t t = 0; t < b.inputs.size(); ++t) {
       const Tensor& in = b.inputs[t];
-      check_mpi(MPI_Allreduce(in.raw_data(), b.outputs[t].raw_data(),
-                              static_cast<int>(in.num_elements()), mpi_type(in.dtype()),
-                              session.op_for(op, in.dtype()), comm),
-                "all_reduce_start", "MPI_Allreduce");
+      check_mpi(
+          MPI_Allreduce(in.raw_data(), b.outputs[t].raw_data(), static_cast<int>(in.num_elements()),
+                        mpi_type(in.dtype()), session.op_for(op, in.dtype()), comm),
+          "all_reduce_start", "MPI_Allreduce");
     }
     return;
   }

@@ -180,7 +180,8 @@ class MpiNetworkBackend final : public CollectiveBackend {
     // Chunks along a split axis with no leading extent are already in send order.
     Tensor send = in;
     if (leading_extent(in, split_axis) != 1) {
-      send = bytes_buffer(mpi_count(send_displs.back() + int64_t{send_counts.back()}, "all_to_all"));
+      send =
+          bytes_buffer(mpi_count(send_displs.back() + int64_t{send_counts.back()}, "all_to_all"));
       for (int64_t q = 0; q < k; ++q) {
         std::vector<int64_t> begin(rank, 0);
         begin[static_cast<size_t>(split_axis)] = chunk_range(in.dim(split_axis), k, q).offset;
@@ -195,8 +196,8 @@ class MpiNetworkBackend final : public CollectiveBackend {
                                in.dtype(), in.device());
     const bool in_place = leading_extent(out, concat_axis) == 1;
     Tensor recv = in_place ? out
-                           : bytes_buffer(mpi_count(recv_displs.back() + int64_t{recv_counts.back()},
-                                                   "all_to_all"));
+                           : bytes_buffer(mpi_count(
+                                 recv_displs.back() + int64_t{recv_counts.back()}, "all_to_all"));
     check_mpi(
         MPI_Alltoallv(send.raw_data(), send_counts.data(), send_displs.data(), MPI_BYTE,
                       recv.raw_data(), recv_counts.data(), recv_displs.data(), MPI_BYTE, comm),
@@ -212,8 +213,8 @@ class MpiNetworkBackend final : public CollectiveBackend {
     const bool am_root = self_rank(group) == root_rank;
     std::unique_lock<std::mutex> lock = session_->exclusive();
     // The root's descriptor carries its dtype and shape to the others.
-    const std::vector<CollectiveDescriptor> all =
-        session_->agree(group, describe_broadcast(am_root ? &inputs[0] : nullptr, root), "broadcast");
+    const std::vector<CollectiveDescriptor> all = session_->agree(
+        group, describe_broadcast(am_root ? &inputs[0] : nullptr, root), "broadcast");
     const CollectiveDescriptor& header = all[static_cast<size_t>(root_rank)];
     if (header.rank > kMaxBroadcastRank) {
       throw_error<CommunicationError>("broadcast", "rank {} exceeds the limit of {}", header.rank,

@@ -29,7 +29,8 @@
 // blocking all-reduces at once.
 // DTENSOR_OVERLAP_TRACE=1 prints when each bucket was queued, reduced and waited for.
 // Max and min of floats propagate NaN (MPI's built-in ones need not); bf16 reduces through its
-// own MPI ops (runtime/mpi/mpi_types.h). MPI errors come back as CommunicationError carrying MPI's error string.
+// own MPI ops (runtime/mpi/mpi_types.h). MPI errors come back as CommunicationError carrying MPI's
+// error string.
 //
 // Requires MPI to be initialised for the life of the backend (dtensor/runtime.h does both).
 #pragma once

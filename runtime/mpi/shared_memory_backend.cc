@@ -33,8 +33,8 @@ void make_window(MPI_Comm comm, SharedWindow& made) {
   int members = 0;
   MPI_Comm_size(comm, &members);
   MPI_Comm node = MPI_COMM_NULL;
-  check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
-            "all_reduce", "MPI_Comm_split_type");
+  check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "all_reduce",
+            "MPI_Comm_split_type");
   int size = 0, self = 0;
   MPI_Comm_size(node, &size);
   MPI_Comm_rank(node, &self);
@@ -44,9 +44,9 @@ void make_window(MPI_Comm comm, SharedWindow& made) {
     MPI_Info_create(&info);
     MPI_Info_set(info, "alloc_shared_noncontig", "true");
     void* mine = nullptr;
-    const int rc = MPI_Win_allocate_shared(
-        static_cast<MPI_Aint>(SharedReducer::segment_bytes(size)), 1, info, node, &mine,
-        &made.window);
+    const int rc =
+        MPI_Win_allocate_shared(static_cast<MPI_Aint>(SharedReducer::segment_bytes(size)), 1, info,
+                                node, &mine, &made.window);
     MPI_Info_free(&info);
     // Without shared memory (no such MPI component, no room for it) all stay on MPI.
     int ok = rc == MPI_SUCCESS ? 1 : 0;
@@ -187,6 +187,8 @@ std::shared_ptr<CollectiveBackend> make_shared_memory_backend(
   return std::make_shared<SharedMemoryBackend>(std::move(network), std::move(session));
 }
 
-int64_t shared_memory_reduction_count() { return shared_reductions.load(std::memory_order_relaxed); }
+int64_t shared_memory_reduction_count() {
+  return shared_reductions.load(std::memory_order_relaxed);
+}
 
 }  // namespace dtensor
