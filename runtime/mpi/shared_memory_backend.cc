@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -12,6 +13,8 @@
 #include "runtime/collective_backend_wrapper.h"
 #include "runtime/collective_bytes.h"
 #include "runtime/mpi/async_buckets.h"
+#include "runtime/mpi/host_reduction.h"
+#include "runtime/mpi/host_topology.h"
 #include "runtime/mpi/mpi_check.h"
 #include "runtime/mpi/shared_reducer.h"
 #include "runtime/shape.h"
@@ -21,54 +24,12 @@ namespace {
 
 std::atomic<int64_t> shared_reductions{0};
 
-// A SharedReducer over an MPI shared-memory window.
-struct SharedWindow {
-  MPI_Win window = MPI_WIN_NULL;
-  std::unique_ptr<SharedReducer> reducer;
+// How a group's all-reduces run, decided on first use.
+struct GroupPlan {
+  SharedWindow one_host;                 // every member on this host
+  std::unique_ptr<HostReduction> hosts;  // members on several hosts
+  bool on_network() const { return one_host.reducer == nullptr && hosts == nullptr; }
 };
-
-// Makes `made` over the processes of `comm` when all of them share one node and the window can
-// be had (collective over `comm`; every member sees the same outcome).
-void make_window(MPI_Comm comm, SharedWindow& made) {
-  int members = 0;
-  MPI_Comm_size(comm, &members);
-  MPI_Comm node = MPI_COMM_NULL;
-  check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "all_reduce",
-            "MPI_Comm_split_type");
-  int size = 0, self = 0;
-  MPI_Comm_size(node, &size);
-  MPI_Comm_rank(node, &self);
-  // Every member sees the same answer: either all share one node or every node has fewer.
-  if (size == members) {
-    MPI_Info info;
-    MPI_Info_create(&info);
-    MPI_Info_set(info, "alloc_shared_noncontig", "true");
-    void* mine = nullptr;
-    const int rc =
-        MPI_Win_allocate_shared(static_cast<MPI_Aint>(SharedReducer::segment_bytes(size)), 1, info,
-                                node, &mine, &made.window);
-    MPI_Info_free(&info);
-    // Without shared memory (no such MPI component, no room for it) all stay on MPI.
-    int ok = rc == MPI_SUCCESS ? 1 : 0;
-    check_mpi(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, node), "all_reduce",
-              "MPI_Allreduce");
-    if (ok == 1) {
-      std::vector<void*> segments(static_cast<size_t>(size));
-      for (int p = 0; p < size; ++p) {
-        MPI_Aint bytes = 0;
-        int unit = 0;
-        check_mpi(MPI_Win_shared_query(made.window, p, &bytes, &unit, &segments[p]), "all_reduce",
-                  "MPI_Win_shared_query");
-      }
-      std::memset(mine, 0, SharedReducer::kHeaderBytes);
-      check_mpi(MPI_Barrier(node), "all_reduce", "MPI_Barrier");  // every header zeroed
-      made.reducer = std::make_unique<SharedReducer>(segments, self);
-    } else if (rc == MPI_SUCCESS) {
-      MPI_Win_free(&made.window);
-    }
-  }
-  MPI_Comm_free(&node);
-}
 
 class SharedMemoryBackend final : public CollectiveBackendWrapper {
  public:
@@ -88,12 +49,12 @@ class SharedMemoryBackend final : public CollectiveBackendWrapper {
     if (agreement_enabled()) {
       session_->agree(group, describe_all_reduce(inputs[0], op), "all_reduce");
     }
-    SharedReducer* reducer = reducer_for(ranks_of(group));
-    if (reducer == nullptr) {  // found on first use: the network agrees again, once
+    GroupPlan& plan = plan_for(ranks_of(group));
+    if (plan.on_network()) {  // found on first use: the network agrees again, once
       lock.unlock();
       return target().all_reduce(group, inputs, op);
     }
-    return {reduce_here(*reducer, group, inputs[0], op, "all_reduce")};
+    return {reduce_here(plan, group, inputs[0], op, "all_reduce")};
   }
 
   std::vector<Tensor> reduce_scatter(const Group& group, const std::vector<Tensor>& inputs,
@@ -109,13 +70,13 @@ class SharedMemoryBackend final : public CollectiveBackendWrapper {
     if (agreement_enabled()) {
       session_->agree(group, describe_reduce_scatter(in, op, axis), "reduce_scatter");
     }
-    SharedReducer* reducer = reducer_for(ranks_of(group));
-    if (reducer == nullptr) {
+    GroupPlan& plan = plan_for(ranks_of(group));
+    if (plan.on_network()) {
       lock.unlock();
       return target().reduce_scatter(group, inputs, op, axis);
     }
     // The whole reduction, then this member's chunk.
-    const Tensor reduced = reduce_here(*reducer, group, in, op, "reduce_scatter");
+    const Tensor reduced = reduce_here(plan, group, in, op, "reduce_scatter");
     const ShardRange own = chunk_range(in.dim(axis), group.size(), self_rank(group));
     std::vector<int64_t> begin(static_cast<size_t>(in.rank()), 0);
     begin[static_cast<size_t>(axis)] = own.offset;
@@ -127,57 +88,79 @@ class SharedMemoryBackend final : public CollectiveBackendWrapper {
     if (!session_->threaded()) return CollectiveBackend::all_reduce_start(group, inputs, op);
     return start_bucket(*session_, name(), group, inputs, op,
                         [this, ranks = ranks_of(group), op](Bucket& b) {
-                          SharedReducer* reducer = nullptr;
+                          GroupPlan* plan = nullptr;
                           {
                             std::unique_lock<std::mutex> lock = session_->lock();
-                            reducer = reducer_for(ranks);
+                            plan = &plan_for(ranks);
                           }
-                          if (reducer == nullptr) {
+                          if (plan->on_network()) {
                             reduce_bucket_over_mpi(*session_, b, ranks, op);
                             return;
                           }
-                          // No MPI call: each process does its share when it runs, sleeps
-                          // while it waits.
-                          reducer->all_reduce(b.inputs, b.outputs, op, "all_reduce_start");
-                          shared_reductions.fetch_add(1, std::memory_order_relaxed);
+                          // Shared memory needs no MPI call: each process does its share when it
+                          // runs, sleeps while it waits.
+                          reduce_planned(*plan, b.inputs, b.outputs, op, "all_reduce_start",
+                                         /*lock_for_mpi=*/true);
                         });
   }
 
  private:
   // Whether the group is known to stay on the network backend: one process, or processes that
-  // turned out (on first use) not to share a host. Caller holds the lock, taken through
-  // exclusive(): every process then decides at the same point of its program.
+  // turned out (on first use) to have neither a shared-memory window nor a host-aware plan.
+  // Caller holds the lock, taken through exclusive(): every process then decides at the same
+  // point of its program.
   bool on_network(const Group& group) {
     if (group.size() < 2) return true;
-    auto it = windows_.find(ranks_of(group));
-    return it != windows_.end() && it->second.reducer == nullptr;
+    auto it = plans_.find(ranks_of(group));
+    return it != plans_.end() && it->second.on_network();
   }
 
-  // The reducer of `processes` when they share a host, made on first use (a collective call over
-  // them); null otherwise. Caller holds the lock.
-  SharedReducer* reducer_for(const std::vector<int>& processes) {
-    if (processes.size() < 2) return nullptr;
-    auto it = windows_.find(processes);
-    if (it != windows_.end()) return it->second.reducer.get();
-    SharedWindow& made = windows_[processes];
-    make_window(session_->comm_for(processes), made);
-    if (made.reducer != nullptr) session_->route_agreement(processes, made.reducer.get());
-    return made.reducer.get();
+  // The plan of `processes`, made on first use (collective over them). Caller holds the lock.
+  GroupPlan& plan_for(const std::vector<int>& processes) {
+    auto it = plans_.find(processes);
+    if (it != plans_.end()) return it->second;
+    GroupPlan& plan = plans_[processes];
+    if (processes.size() < 2) return plan;
+    MPI_Comm comm = session_->comm_for(processes);
+    const std::vector<int> hosts = hosts_of(comm, processes);
+    if (std::all_of(hosts.begin(), hosts.end(), [&](int h) { return h == hosts[0]; })) {
+      make_window(comm, plan.one_host);
+      if (plan.one_host.reducer != nullptr) {
+        session_->route_agreement(processes, plan.one_host.reducer.get());
+      }
+    } else if (processes.size() > 2) {
+      // Two processes on two hosts: MPI adds the same two terms, and its two-process path
+      // overlaps best (runtime/mpi/async_buckets.h).
+      plan.hosts = HostReduction::make(*session_, processes, hosts);
+    }
+    return plan;
+  }
+
+  // A planned (not network) reduction of `inputs` into `outputs`.
+  void reduce_planned(GroupPlan& plan, const std::vector<Tensor>& inputs,
+                      std::vector<Tensor>& outputs, ReduceOp op, const char* function,
+                      bool lock_for_mpi) {
+    if (plan.one_host.reducer != nullptr) {
+      plan.one_host.reducer->all_reduce(inputs, outputs, op, function);
+    } else {
+      plan.hosts->all_reduce(inputs, outputs, op, function, lock_for_mpi);
+      if (!plan.hosts->shares_memory()) return;
+    }
+    shared_reductions.fetch_add(1, std::memory_order_relaxed);
   }
 
   // Caller holds the lock.
-  Tensor reduce_here(SharedReducer& reducer, const Group& group, const Tensor& in, ReduceOp op,
+  Tensor reduce_here(GroupPlan& plan, const Group& group, const Tensor& in, ReduceOp op,
                      const char* function) {
     const double began = overlap_trace_on() ? trace_clock_ms() : 0;
     std::vector<Tensor> outputs = {Tensor::empty(in.shape(), in.dtype(), in.device())};
-    reducer.all_reduce({in}, outputs, op, function);
-    shared_reductions.fetch_add(1, std::memory_order_relaxed);
+    reduce_planned(plan, {in}, outputs, op, function, /*lock_for_mpi=*/false);
     if (overlap_trace_on()) trace_blocking(group.self, in.nbytes(), began);
     return outputs[0];
   }
 
   std::shared_ptr<MpiSession> session_;
-  std::map<std::vector<int>, SharedWindow> windows_;  // by process list; guarded by the lock
+  std::map<std::vector<int>, GroupPlan> plans_;  // by process list; guarded by the lock
 };
 
 }  // namespace

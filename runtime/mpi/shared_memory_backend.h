@@ -1,14 +1,20 @@
 // The shared-memory layer of the MPI backend: a decorator (runtime/collective_backend_wrapper.h)
-// over the network backend that takes the all-reduces of processes sharing a host and forwards
-// every other call.
+// over the network backend that takes the all-reduces (blocking ones, buckets, and
+// reduce-scatters whose chunks are not contiguous, which reduce everything first) of groups whose
+// processes share hosts, and forwards every other call.
 //
-// All-reduces (blocking ones, buckets, and reduce-scatters whose chunks are not contiguous, which
-// reduce everything first) among processes of one host go through a SharedReducer (runtime/mpi/
-// shared_reducer.h) over an MPI shared-memory window made on first use over the group's
-// processes: no MPI call, waits asleep, every element folded in process order (with two
-// processes, MPI_Allreduce's bits). From then on the group's agreement on each collective goes
-// through the reducer too (MpiSession::route_agreement). A window that cannot be made, or a group
-// whose processes are not all on one host, stays on the network backend.
+// On first use a group's hosts are found (runtime/mpi/host_topology.h: MPI_COMM_TYPE_SHARED, or
+// DTENSOR_MPI_PROCESSES_PER_HOST for tests), and:
+//   - every process on one host: a SharedReducer (runtime/mpi/shared_reducer.h) over an MPI
+//     shared-memory window: no MPI call, waits asleep, every element folded in process order
+//     (with two processes, MPI_Allreduce's bits). From then on the group's agreement on each
+//     collective goes through the reducer too (MpiSession::route_agreement);
+//   - processes on several hosts, each host's consecutive in group order, more than two of them:
+//     the host-aware reduction (runtime/mpi/host_reduction.h): shared memory within each host,
+//     one leader per host over the network, in the same order as on one host, so the bits do not
+//     depend on how the processes are spread over hosts;
+//   - otherwise (two processes on two hosts, hosts interleaved in group order, no window to be
+//     had): the network backend.
 //
 // Shares `session` (lock, communication thread, communicators) with the network backend it wraps,
 // so that both issue their MPI calls in one program order. Windows are kept until MPI_Finalize
