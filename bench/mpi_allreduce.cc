@@ -1,13 +1,15 @@
-// All-reduce across two processes through the runtime (dtensor::all_reduce on a batch=2 mesh, one
-// device per process: the MPI backend) next to a raw MPI_Allreduce of the same bytes, measured
-// in the same run, alternating, 4 KB to 16 MB. Rank 0 prints one JSON object per size:
+// All-reduce across the job's processes through the runtime (dtensor::all_reduce on a batch=N
+// mesh, one device per process: the MPI backend) next to a raw MPI_Allreduce of the same bytes,
+// measured in the same run, alternating, 1 KB to 16 MB. Rank 0 prints one JSON object per size:
 //   {"bench":"mpi_allreduce","bytes":...,"runtime_us":...,"mpi_us":...,"ratio":...,...}
 // ratio = runtime / raw (medians). Then the cost of the agreement the MPI backend runs before each
 // collective (runtime/collective_agreement.h): small all-reduces (4 B to 4 KB) with it and
 // without it, alternating in the same run, one object per size:
 //   {"bench":"mpi_allreduce_agreement","bytes":...,"checked_us":...,"unchecked_us":...,...}
-// DTENSOR_MPI_SHARED=0 measures MPI's own all-reduce (processes on several hosts) instead of the
-// shared-memory one. Run directly and it relaunches itself under mpirun -np 2.
+// DTENSOR_MPI_SHARED=0 measures MPI's own all-reduce instead of the shared-memory layer's (on one
+// host the SharedReducer; on several, the host-aware reduction, runtime/mpi/host_reduction.h).
+// Run directly and it relaunches itself under mpirun -np 2; under tools/netns_cluster.sh it runs
+// on the hosts' processes (any count from 2).
 #include <mpi.h>
 #include <unistd.h>
 #include <optional>
@@ -85,7 +87,7 @@ void measure_agreement(const Runtime& rt, const Mesh& mesh, MeshDimMask dims) {
     if (rt.process_index() == 0) {
       bench::report("mpi_allreduce_agreement",
                     {{"bytes", bytes},
-                     {"processes", int64_t{2}},
+                     {"processes", rt.num_processes()},
                      {"shared_memory", int64_t{shared_memory ? 1 : 0}},
                      {"checked_us", checked_us},
                      {"unchecked_us", unchecked_us},
@@ -96,17 +98,17 @@ void measure_agreement(const Runtime& rt, const Mesh& mesh, MeshDimMask dims) {
   }
 }
 
-int run(const Runtime& rt) {
-  if (rt.num_processes() != 2) {
-    throw_error<InvalidArgumentError>("mpi_allreduce", "needs 2 processes, got {}",
+int run(const Runtime& rt, int64_t reps_per_size, bool agreement) {
+  if (rt.num_processes() < 2) {
+    throw_error<InvalidArgumentError>("mpi_allreduce", "needs 2 processes or more, got {}",
                                       rt.num_processes());
   }
   configure_virtual_cpus(1);
-  Mesh mesh = create_mesh({{"batch", 2}});
+  Mesh mesh = create_mesh({{"batch", rt.num_processes()}});
   const MeshDimMask dims = mesh.mask({"batch"});
-  for (int64_t bytes = 4 << 10; bytes <= (int64_t{16} << 20); bytes *= 4) {
+  for (int64_t bytes = 1 << 10; bytes <= (int64_t{16} << 20); bytes *= 4) {
     const int64_t n = bytes / 4;
-    const int reps = bytes >= (4 << 20) ? 21 : 101;
+    const int64_t reps = reps_per_size > 0 ? reps_per_size : bytes >= (4 << 20) ? 21 : 101;
     Tensor input = Tensor::zeros({n}, DType::kF32, Device{DeviceType::kCPU, rt.process_index()});
     Tensor raw_out = Tensor::zeros({n}, DType::kF32);
     std::vector<double> runtime_s, mpi_s;
@@ -131,14 +133,14 @@ int run(const Runtime& rt) {
     if (rt.process_index() == 0) {
       bench::report("mpi_allreduce",
                     {{"bytes", bytes},
-                     {"processes", int64_t{2}},
+                     {"processes", rt.num_processes()},
                      {"runtime_us", runtime_us},
                      {"mpi_us", mpi_us},
                      {"ratio", runtime_us / mpi_us}},
                     runtime_us / mpi_us, "runtime/mpi");
     }
   }
-  measure_agreement(rt, mesh, dims);
+  if (agreement) measure_agreement(rt, mesh, dims);
   return 0;
 }
 
@@ -149,10 +151,15 @@ int main(int argc, char** argv) {
   dtensor::cli::Flags flags("mpi_allreduce",
                             "All-reduce through the runtime next to raw MPI_Allreduce on 2 "
                             "processes (relaunches itself under mpirun -np 2).");
+  int64_t reps = 0;
+  bool skip_agreement = false;
+  flags.add_int("--reps", &reps, "timed repetitions per size (0: 101, 21 from 4 MB)", 0, 100000);
+  flags.add_bool("--skip_agreement", &skip_agreement,
+                 "leave out the agreement check's cost (slow on loaded namespace hosts)");
   if (std::optional<int> code = flags.parse(argc, argv)) return *code;
   if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMIX_RANK") == nullptr) {
     relaunch_under_mpirun();
     return 1;
   }
-  return run_main(argc, argv, [](Runtime& rt) { return run(rt); });
+  return run_main(argc, argv, [&](Runtime& rt) { return run(rt, reps, !skip_agreement); });
 }

@@ -7,6 +7,7 @@
 #include "runtime/block.h"
 #include "runtime/collective_agreement.h"
 #include "runtime/element_loops.h"
+#include "runtime/collective_bytes.h"
 #include "runtime/error.h"
 #include "runtime/shape.h"
 
@@ -78,18 +79,6 @@ Group leaders(const Group& group, const ProcessView& view) {
     out.owners.push_back(view.processes[p]);
   }
   return out;
-}
-
-// Product of the dims before `axis`: 1 when chunks along `axis` are contiguous in memory.
-int64_t leading_extent(const Tensor& t, int64_t axis) {
-  int64_t n = 1;
-  for (int64_t d = 0; d < axis; ++d) n *= t.dim(d);
-  return n;
-}
-
-Shape with_dim(Shape shape, int64_t axis, int64_t size) {
-  shape[static_cast<size_t>(axis)] = size;
-  return shape;
 }
 
 std::vector<int64_t> at_dim(size_t rank, int64_t axis, int64_t offset) {

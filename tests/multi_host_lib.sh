@@ -48,3 +48,38 @@ same_metrics() {
       n++ }
     END { if (n == 0) { print "no metrics"; exit 1 } print n " values within " tol; exit bad }'
 }
+
+# expect_failure LOG FAILED_AT PATTERN... -- COMMAND...: runs COMMAND, a job expected to fail
+# (bounded by DTENSOR_MPI_TIMEOUT=60), output to LOG; then checks LOG for each PATTERN, that no
+# process outlived the job, and that it ended within 15 s of the failure, whose time is the last
+# number of LOG's first line matching FAILED_AT.
+expect_failure() {
+  local log=$1 failed_at=$2
+  shift 2
+  local name patterns=()
+  name=$(basename "$log" .log)
+  while [[ $1 != -- ]]; do patterns+=("$1"); shift; done
+  shift
+  set +e
+  DTENSOR_MPI_TIMEOUT=60 "$@" >"$log" 2>&1
+  local code=$?
+  set -e
+  local ended
+  ended=$(now)
+  [[ $code -ne 0 ]] || { echo "FAIL $name: the job succeeded:"; cat "$log"; exit 1; }
+  for p in "${patterns[@]}"; do
+    grep -a -q -E "$p" "$log" || { echo "FAIL $name: no '$p' in:"; cat "$log"; exit 1; }
+  done
+  if grep -a -q "processes left on the hosts" "$log"; then
+    echo "FAIL $name: processes outlived the job:"; cat "$log"; exit 1
+  fi
+  local at
+  at=$(grep -a -m1 -E "$failed_at" "$log" | awk '{print $NF}')
+  [[ -n $at ]] || { echo "FAIL $name: no '$failed_at' in:"; cat "$log"; exit 1; }
+  local took
+  took=$(awk -v a="$at" -v b="$ended" 'BEGIN{printf "%.1f", b-a}')
+  if awk -v t="$took" 'BEGIN{exit !(t > 15)}'; then
+    echo "FAIL $name: the job ended $took s after the failure (limit 15):"; cat "$log"; exit 1
+  fi
+  echo "$name: every process ended $took s after the failure (exit $code): $(grep -a -m1 -E "${patterns[0]}" "$log")"
+}

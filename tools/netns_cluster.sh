@@ -18,6 +18,9 @@
 # Environment:
 #   DTENSOR_MPI_TIMEOUT   seconds before a hung job is killed (default 240)
 #   NETNS_CLUSTER_SUBNET  the first three octets of the private /24 (default 10.231.7)
+#   NETNS_CLUSTER_RATE    a rate limit (tc's units: 1gbit, 500mbit) on every host's link, each
+#                         direction: a token-bucket qdisc (tbf) on eth0 and on its switch port
+#                         (this kernel has no netem, so no delay can be added)
 #   NETNS_CLUSTER_HOOK    a command started in the background (in this machine's namespaces)
 #                         once the cluster is up, with the switch namespace, the hosts'
 #                         namespaces and their host names in NETNS_CLUSTER_SWITCH,
@@ -41,6 +44,8 @@ command -v ip >/dev/null || die "no 'ip' command (iproute2)"
 command -v unshare >/dev/null || die "no 'unshare' command (util-linux)"
 command -v mpirun >/dev/null || die "no 'mpirun' (Open MPI)"
 subnet=${NETNS_CLUSTER_SUBNET:-10.231.7}
+rate=${NETNS_CLUSTER_RATE:-}
+[[ -z $rate || $rate =~ ^[0-9]+[kmg]?bit$ ]] || die "NETNS_CLUSTER_RATE must look like 1gbit or 500mbit, got '$rate'"
 [[ $subnet =~ ^10\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || die "NETNS_CLUSTER_SUBNET must be 10.x.y"
 
 # Names carry this run's PID: dtc<pid>-sw (the switch), dtc<pid>-h<k> (host k).
@@ -130,6 +135,11 @@ for ((k = 0; k < hosts; k++)); do
   # Unacknowledged data to a host that is gone fails the connection after about 3 s (3 retries
   # from a 200 ms timeout) instead of 15 minutes; idle connections have keepalives (below).
   ip netns exec "$ns" sysctl -qw net.ipv4.tcp_retries2=3
+  if [[ -n $rate ]]; then
+    tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms ||
+      die "cannot limit the rate of host $k's link (tc tbf)"
+    tc -n "$switch" qdisc add dev "p$k" root tbf rate "$rate" burst 256kb latency 50ms
+  fi
   names+=("$name")
   spaces+=("$ns")
   echo "$name slots=$per_host" >>"$work/hostfile"

@@ -18,23 +18,19 @@
 // shapes, and finds a member that has left the job (its program ended) instead of waiting for it
 // forever.
 //
-// All-reduces among processes of one host go through a SharedReducer (runtime/mpi/
-// shared_reducer.h) over an MPI shared-memory window made on first use: no MPI call, waits asleep,
-// every process folding in process order (with two processes, MPI_Allreduce's bits).
-// DTENSOR_MPI_SHARED=0, or a window that cannot be made, keeps MPI_Allreduce.
-//
-// all_reduce_start hands a bucket to the process's communication thread (runtime/mpi/
-// comm_thread.h), which reduces it while the caller computes, through the SharedReducer when the
-// processes share a host; otherwise over two processes as nonblocking all-reduces tested with
-// yields in between (a blocking call spins while it waits for the other process, taking a core
-// the computation needs when there is none to spare), over more as the blocking MPI_Allreduce of
-// each tensor, the very call all_reduce makes. Either way the sums are all_reduce's bit for bit.
+// Layers, one concern per file: the network backend here (every collective over MPI's own calls);
+// the shared-memory layer over it (runtime/mpi/shared_memory_backend.h), which takes all-reduces
+// among processes of one host (DTENSOR_MPI_SHARED=0 leaves it out); what both share, the lock,
+// communication thread, communicators and agreement (runtime/mpi/mpi_session.h); the
+// asynchronous bucket path (runtime/mpi/async_buckets.h): all_reduce_start hands a bucket to the
+// communication thread, which reduces it while the caller computes, with all_reduce's bits.
 // Every other call first waits for the queued buckets, so each process issues its MPI calls in
-// program order. This needs MPI_THREAD_SERIALIZED or more; with less (or
-// DTENSOR_MPI_COMM_THREAD=0) a bucket goes out as one MPI_Iallreduce from the caller's thread.
+// program order. This needs MPI_THREAD_SERIALIZED or more; with less, all_reduce_start runs the
+// blocking all-reduces at once.
 // DTENSOR_OVERLAP_TRACE=1 prints when each bucket was queued, reduced and waited for.
 // Max and min of floats propagate NaN (MPI's built-in ones need not); bf16 reduces through its
-// own MPI ops. MPI errors come back as CommunicationError carrying MPI's error string.
+// own MPI ops (runtime/mpi/mpi_types.h). MPI errors come back as CommunicationError carrying MPI's
+// error string.
 //
 // Requires MPI to be initialised for the life of the backend (dtensor/runtime.h does both).
 #pragma once

@@ -13,6 +13,7 @@
 #include "runtime/cpu_relax.h"
 #include "runtime/dtype.h"
 #include "runtime/error.h"
+#include "runtime/mpi/fold.h"
 #include "runtime/shape.h"
 
 namespace dtensor {
@@ -58,24 +59,6 @@ int64_t total_elements(const std::vector<Tensor>& tensors) {
   int64_t n = 0;
   for (const Tensor& t : tensors) n += t.num_elements();
   return n;
-}
-
-// a op b for one element (bool: or for sum and max, and for min; integers wrap, as MPI_SUM does
-// on these machines).
-template <typename T>
-T combine(T a, T b, ReduceOp op) {
-  if constexpr (std::is_same_v<T, bool>) {
-    return op == ReduceOp::kMin ? (a && b) : (a || b);
-  } else {
-    if (op == ReduceOp::kMax) return max_propagating_nan(a, b);
-    if (op == ReduceOp::kMin) return min_propagating_nan(a, b);
-    if constexpr (std::is_integral_v<T>) {
-      using U = std::make_unsigned_t<T>;
-      return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-    } else {
-      return a + b;
-    }
-  }
 }
 
 // out[i] = v[0][i] op v[1][i] op ... in process order; then copied to `back`.
