@@ -23,6 +23,17 @@ def _mpi_dirs(rctx):
     libdirs = res.stdout.strip().split(" ")
     return incdirs[0], libdirs[0]
 
+def _grpc_linkopts(rctx):
+    # grpc++ links against a dozen abseil libraries; pkg-config knows which.
+    res = rctx.execute(["pkg-config", "--libs", "grpc++"])
+    if res.return_code != 0:
+        fail("dtensor: pkg-config cannot find grpc++; install 'libgrpc++-dev' and 'pkg-config' (tools/bazel does this)")
+    opts = []
+    for opt in res.stdout.strip().split(" "):
+        if opt and opt not in opts:
+            opts.append(opt)
+    return opts
+
 def _system_libs_impl(rctx):
     _require(rctx, "/usr/include/fmt/format.h", "libfmt-dev")
     _require(rctx, "/usr/include/catch2/catch.hpp", "catch2")
@@ -87,9 +98,9 @@ cc_library(name = "protobuf", linkopts = ["-lprotobuf"])
 cc_library(
     name = "grpc",
     deps = [":protobuf"],
-    linkopts = ["-lgrpc++", "-lgrpc", "-lgpr"],
+    linkopts = {grpc},
 )
-""".format(lib = mpi_lib))
+""".format(lib = mpi_lib, grpc = repr(_grpc_linkopts(rctx))))
 
 system_libs = repository_rule(
     implementation = _system_libs_impl,
