@@ -144,7 +144,7 @@ grpc::Status ParameterServerService::Stats(grpc::ServerContext*, const rpc::Stat
   return grpc::Status::OK;
 }
 
-int run_parameter_server(const ClusterSpec& spec, Watchdog::Options options) {
+std::string run_parameter_server(const ClusterSpec& spec, Watchdog::Options options) {
   ParameterServerService service;
   return serve_task(spec, {&service}, options);
 }

@@ -178,7 +178,7 @@ void shutdown_tasks(const ClusterSpec& spec, const std::string& reason, double t
 
 namespace dtensor::ps {
 
-int serve_task(const ClusterSpec& spec, std::vector<grpc::Service*> services,
+std::string serve_task(const ClusterSpec& spec, std::vector<grpc::Service*> services,
                Watchdog::Options options, int* port_out) {
   const std::string me = spec.task().str();
   TaskServer server(me, spec.address(spec.task()), std::move(services));
@@ -197,11 +197,12 @@ int serve_task(const ClusterSpec& spec, std::vector<grpc::Service*> services,
     }
     server.stop("");
   });
-  while (!server.wait_for_shutdown(std::chrono::milliseconds(1000))) {
+  std::optional<std::string> reason;
+  while (!(reason = server.wait_for_shutdown(std::chrono::milliseconds(1000)))) {
   }
   std::lock_guard<std::mutex> lock(mu);
   if (lost) throw_error<CommunicationError>(me, "{}", *lost);
-  return 0;
+  return *reason;
 }
 
 }  // namespace dtensor::ps

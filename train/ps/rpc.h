@@ -98,9 +98,10 @@ void shutdown_tasks(const ClusterSpec& spec, const std::string& reason, double t
 namespace dtensor::ps {
 
 // Serves `services` (and Control) as spec.task() and watches the chief and every parameter
-// server but itself. Returns 0 when the chief shuts the task down; throws CommunicationError
-// "[<task>] lost task ..." when a watched task is lost. `port_out`, if set, gets the port.
-int serve_task(const ClusterSpec& spec, std::vector<grpc::Service*> services,
+// server but itself. Returns the chief's reason when it shuts the task down; throws
+// CommunicationError "[<task>] lost task ..." when a watched task is lost. `port_out`, if set,
+// gets the port.
+std::string serve_task(const ClusterSpec& spec, std::vector<grpc::Service*> services,
                Watchdog::Options options, int* port_out = nullptr);
 
 }  // namespace dtensor::ps

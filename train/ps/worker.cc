@@ -191,9 +191,9 @@ grpc::Status WorkerService::Run(grpc::ServerContext*, const rpc::RunRequest* req
   return grpc::Status::OK;
 }
 
-int run_worker(const ClusterSpec& spec, const FunctionRegistry& registry,
+std::string run_worker(const ClusterSpec& spec, const FunctionRegistry& registry,
                Watchdog::Options options) {
-  WorkerService service(registry);
+  WorkerService service(registry, /*rpc_timeout_s=*/10);
   return serve_task(spec, {&service}, options);
 }
 
