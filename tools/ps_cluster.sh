@@ -27,6 +27,11 @@ tf_config() {
     "$type" "$index"
 }
 
+# Whether process $1 runs (a zombie, ended but not yet reaped, does not).
+running() {
+  [[ -r /proc/$1/stat ]] && ! grep -q '^[0-9]* (.*) Z' "/proc/$1/stat" 2>/dev/null
+}
+
 start_task() {
   local dir=$1 task=$2
   shift 2
@@ -79,7 +84,7 @@ timeout=${PS_CLUSTER_TIMEOUT:-300}
 status=124
 for ((tick = 0; tick < timeout * 10; tick++)); do
   chief=$(cat "$dir/chief:0.pid")
-  if ! kill -0 "$chief" 2>/dev/null; then
+  if ! running "$chief"; then
     status=0
     wait "$chief" 2>/dev/null || status=$?
     break
@@ -93,7 +98,7 @@ for ((tick = 0; tick < 150; tick++)); do
   left=()
   for t in "${tasks[@]}"; do
     pid=$(cat "$dir/$t.pid")
-    if kill -0 "$pid" 2>/dev/null; then left+=("$t"); fi
+    if running "$pid"; then left+=("$t"); fi
   done
   [[ ${#left[@]} -eq 0 ]] && break
   sleep 0.1

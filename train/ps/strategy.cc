@@ -46,6 +46,21 @@ ParameterServerStrategy::ParameterServerStrategy(const ClusterSpec& cluster,
   for (const std::string& a : s.spec.parameter_servers()) {
     s.ps.push_back(rpc::ParameterServer::NewStub(make_channel(a)));
   }
+  for (int64_t p = 0; p < s.spec.num_ps(); ++p) {
+    const TaskId task{TaskType::kPs, p};
+    auto stub = rpc::Control::NewStub(make_channel(s.spec.address(task)));
+    std::unique_ptr<grpc::ClientContext> context = with_deadline(s.options.connect_timeout_s);
+    context->set_wait_for_ready(true);
+    rpc::PingRequest request;
+    rpc::PingReply reply;
+    const grpc::Status status = stub->Ping(context.get(), request, &reply);
+    if (!status.ok()) {
+      throw_error<CommunicationError>("ParameterServerStrategy",
+                                      "{} at {} did not answer within {} s: {}", task.str(),
+                                      s.spec.address(task), s.options.connect_timeout_s,
+                                      status_text(status));
+    }
+  }
   if (s.options.serve_control) {
     s.server = std::make_unique<TaskServer>("chief:0", s.spec.chief(), std::vector<grpc::Service*>{});
   }

@@ -44,13 +44,17 @@ struct StrategyOptions {
   std::string optimizer = "adam";
   double learning_rate = 1e-3;
   double rpc_timeout_s = 30;
+  double connect_timeout_s = 60;  // how long the constructor waits for every server to answer
   Watchdog::Options watchdog;
   bool serve_control = true;  // serve Control on the chief's address
 };
 
 class ParameterServerStrategy : public keras::Strategy {
  public:
-  // `cluster` seen from the chief. CommunicationError when the chief's address is taken.
+  // `cluster` seen from the chief. Waits up to options.connect_timeout_s for every server to
+  // answer (tasks start in any order). CommunicationError when the chief's address is taken or a
+  // server does not answer: "[ParameterServerStrategy] ps:<k> at <address> did not answer within
+  // <t> s: <status>".
   explicit ParameterServerStrategy(const ClusterSpec& cluster, StrategyOptions options = {});
 
   const ClusterSpec& cluster() const;
