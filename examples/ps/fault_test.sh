@@ -7,6 +7,8 @@
 #   fault_test.sh <ps_cluster.sh> <train> ps        ps:0 killed: every task ends within 15 s
 #                                                   naming it; the job resumes and finishes
 #   fault_test.sh <ps_cluster.sh> <train> chief     the same for chief:0
+#   fault_test.sh <ps_cluster.sh> <train> plain     no kill, 2 workers and 2 servers: the job
+#                                                   reaches the accuracy and writes --metrics_out
 set -euo pipefail
 
 cluster=$1 train=$2 mode=$3
@@ -47,7 +49,24 @@ accuracy() { grep -o '^test: accuracy [0-9.]*' "$1" | tail -n 1 | cut -d' ' -f3;
 sync_accuracy=$("$train" --sync "${common[@]}" | grep -o '^test: accuracy [0-9.]*' | cut -d' ' -f3)
 echo "synchronous run: test accuracy $sync_accuracy"
 
+# Fails unless the test accuracy in log $1 is >= 0.95 of the synchronous run's.
+check_accuracy() {
+  local acc
+  acc=$(accuracy "$1")
+  echo "$2: test accuracy $acc"
+  python3 -c "import sys; sys.exit(0 if $acc >= 0.95 * $sync_accuracy else 1)" ||
+    fail "$2: accuracy $acc < 0.95 * $sync_accuracy"
+}
+
 case $mode in
+  plain)
+    run=$work/plain
+    "$cluster" "$run" 2 2 -- "$train" "${common[@]}" --metrics_out="$work/metrics.jsonl" ||
+      fail "the job failed"
+    check_accuracy "$run/chief:0.log" "2 workers, 2 servers"
+    [[ $(wc -l <"$work/metrics.jsonl") -eq $((steps / 10)) ]] || fail "not one metrics row an epoch"
+    grep -q '"examples_per_s"' "$work/metrics.jsonl" || fail "no examples_per_s in the metrics"
+    ;;
   workers)
     for round in 1 2 3; do
       run=$work/run$round
@@ -71,10 +90,7 @@ case $mode in
         [[ $(grep -c 'worker:1 at .* joined' "$run/chief:0.log") -eq 2 ]] ||
           fail "round 2: the restarted worker:1 did not rejoin"
       fi
-      acc=$(accuracy "$run/chief:0.log")
-      echo "round $round: test accuracy $acc"
-      python3 -c "import sys; sys.exit(0 if $acc >= 0.95 * $sync_accuracy else 1)" ||
-        fail "round $round: accuracy $acc < 0.95 * $sync_accuracy"
+      check_accuracy "$run/chief:0.log" "round $round"
     done
     ;;
   ps | chief)
@@ -105,10 +121,7 @@ case $mode in
       fail "the resumed job failed"
     grep -q "^resumed from $work/ckpt/ckpt-" "$run/chief:0.log" || fail "nothing was resumed"
     grep -q "^step $steps/$steps" "$run/chief:0.log" || fail "the resumed job did not finish"
-    acc=$(accuracy "$run/chief:0.log")
-    echo "resumed job: test accuracy $acc"
-    python3 -c "import sys; sys.exit(0 if $acc >= 0.95 * $sync_accuracy else 1)" ||
-      fail "accuracy $acc < 0.95 * $sync_accuracy"
+    check_accuracy "$run/chief:0.log" "resumed job"
     ;;
   *)
     echo "unknown mode $mode" >&2
