@@ -74,9 +74,8 @@ void define_flags(cli::Flags& cli, Flags& f) {
 }
 
 keras::Sequential make_model(uint64_t seed) {
-  return keras::Sequential(784,
-                           {keras::Dense(256, relu), keras::Dense(256, relu), keras::Dense(10)},
-                           seed);
+  return keras::Sequential(
+      784, {keras::Dense(256, relu), keras::Dense(256, relu), keras::Dense(10)}, seed);
 }
 
 // The mean loss of `batch` and its gradient for each of the model's variables.
@@ -172,8 +171,7 @@ int run_chief(const ps::ClusterSpec& spec, const Flags& f) {
   if (!f.checkpoint_dir.empty()) {
     if (std::optional<int64_t> restored = ps::restore_latest(strategy, f.checkpoint_dir)) {
       step = *restored;
-      fmt::print("resumed from {}/ckpt-{}: step {} of {}\n", f.checkpoint_dir, step, step,
-                 f.steps);
+      fmt::print("resumed from {}/ckpt-{}: step {} of {}\n", f.checkpoint_dir, step, step, f.steps);
     }
   }
   ps::ClusterCoordinator coordinator(strategy);
@@ -190,7 +188,8 @@ int run_chief(const ps::ClusterSpec& spec, const Flags& f) {
   while (step < f.steps) {
     const int64_t epoch = step / f.steps_per_epoch;
     const int64_t epoch_end = std::min(f.steps, (epoch + 1) * f.steps_per_epoch);
-    progress.begin_epoch(epoch, epoch_end - epoch * f.steps_per_epoch, step - epoch * f.steps_per_epoch);
+    progress.begin_epoch(epoch, epoch_end - epoch * f.steps_per_epoch,
+                         step - epoch * f.steps_per_epoch);
     std::vector<ps::RemoteValue> losses;
     for (int64_t s = step; s < epoch_end; ++s) losses.push_back(coordinator.schedule("train_step"));
     double sum = 0;

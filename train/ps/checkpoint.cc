@@ -26,10 +26,10 @@ std::unique_ptr<Tracked> track(const ParameterServerStrategy& strategy,
                                const std::map<std::string, Tensor>* values) {
   auto t = std::make_unique<Tracked>();
   for (const ShardedVariable& v : strategy.sharded_variables()) {
-    const DTensor initial = values != nullptr
-                                ? on_mesh(strategy, values->at(v.name))
-                                : zeros(v.shape, strategy.replicated_layout(
-                                                     static_cast<int64_t>(v.shape.size())));
+    const DTensor initial =
+        values != nullptr
+            ? on_mesh(strategy, values->at(v.name))
+            : zeros(v.shape, strategy.replicated_layout(static_cast<int64_t>(v.shape.size())));
     t->vars.emplace_back(initial, v.name);
     t->checkpoint.add_variable(v.name, t->vars.back());
   }

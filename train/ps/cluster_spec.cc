@@ -59,7 +59,9 @@ const char* task_type_name(TaskType type) {
   return "?";
 }
 
-std::string TaskId::str() const { return std::string(task_type_name(type)) + ":" + std::to_string(index); }
+std::string TaskId::str() const {
+  return std::string(task_type_name(type)) + ":" + std::to_string(index);
+}
 
 ClusterSpec ClusterSpec::parse(const std::string& json) {
   nlohmann::json doc;

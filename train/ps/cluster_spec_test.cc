@@ -18,7 +18,8 @@ const char* const kGood = R"({"cluster": {"chief": ["127.0.0.1:7000"],
 
 std::string with_task(const std::string& type, int index) {
   return R"({"cluster": {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]},
-    "task": {"type": ")" + type + R"(", "index": )" + std::to_string(index) + "}}";
+    "task": {"type": ")" +
+         type + R"(", "index": )" + std::to_string(index) + "}}";
 }
 
 }  // namespace
@@ -55,18 +56,17 @@ TEST_CASE("ClusterSpec errors name the task or field at fault") {
   CHECK_THROWS_MATCHES(ClusterSpec::parse(with_task("evaluator", 0)), InvalidArgumentError,
                        Message("[ClusterSpec] task type 'evaluator' is not one of chief, worker, "
                                "ps"));
-  CHECK_THROWS_MATCHES(
-      ClusterSpec::parse(R"({"cluster": {"worker": ["h:2"], "ps": ["h:4"]},
+  CHECK_THROWS_MATCHES(ClusterSpec::parse(R"({"cluster": {"worker": ["h:2"], "ps": ["h:4"]},
                              "task": {"type": "ps", "index": 0}})"),
-      InvalidArgumentError, Message("[ClusterSpec] the cluster needs exactly 1 chief, has 0"));
-  CHECK_THROWS_MATCHES(
-      ClusterSpec::parse(R"({"cluster": {"chief": ["h:1"], "ps": ["h:4"]},
+                       InvalidArgumentError,
+                       Message("[ClusterSpec] the cluster needs exactly 1 chief, has 0"));
+  CHECK_THROWS_MATCHES(ClusterSpec::parse(R"({"cluster": {"chief": ["h:1"], "ps": ["h:4"]},
                              "task": {"type": "ps", "index": 0}})"),
-      InvalidArgumentError, Message("[ClusterSpec] the cluster has no worker task"));
-  CHECK_THROWS_MATCHES(
-      ClusterSpec::parse(R"({"cluster": {"chief": ["h:1"], "worker": ["h:2"]},
+                       InvalidArgumentError,
+                       Message("[ClusterSpec] the cluster has no worker task"));
+  CHECK_THROWS_MATCHES(ClusterSpec::parse(R"({"cluster": {"chief": ["h:1"], "worker": ["h:2"]},
                              "task": {"type": "chief", "index": 0}})"),
-      InvalidArgumentError, Message("[ClusterSpec] the cluster has no ps task"));
+                       InvalidArgumentError, Message("[ClusterSpec] the cluster has no ps task"));
   CHECK_THROWS_MATCHES(
       ClusterSpec::parse(R"({"cluster": {"chief": ["h:1"], "worker": ["h:2", "h"], "ps": ["h:4"]},
                              "task": {"type": "chief", "index": 0}})"),
@@ -79,13 +79,14 @@ TEST_CASE("ClusterSpec errors name the task or field at fault") {
       ClusterSpec::parse(R"({"cluster": {"chief": ["h:1"], "worker": ["h:2"], "ps": ["h:2"]},
                              "task": {"type": "chief", "index": 0}})"),
       InvalidArgumentError, Message("[ClusterSpec] address 'h:2' of ps:0 is used by another task"));
-  CHECK_THROWS_MATCHES(ClusterSpec::parse(R"({"task": {"type": "chief", "index": 0}})"),
-                       InvalidArgumentError,
-                       Message(R"([ClusterSpec] no "cluster" object in {"task": {"type": "chief", "index": 0}})"));
+  CHECK_THROWS_MATCHES(
+      ClusterSpec::parse(R"({"task": {"type": "chief", "index": 0}})"), InvalidArgumentError,
+      Message(R"([ClusterSpec] no "cluster" object in {"task": {"type": "chief", "index": 0}})"));
   CHECK_THROWS_MATCHES(
       ClusterSpec::parse(R"({"cluster": {"chief": ["h:1"], "worker": ["h:2"], "ps": ["h:4"]}})"),
       InvalidArgumentError,
-      Message(R"([ClusterSpec] no "task" object with a string "type" and an integer "index" in {"cluster": {"chief": ["h:1"], "worker": ["h:2"], "ps": ["h:4"]}})"));
+      Message(
+          R"([ClusterSpec] no "task" object with a string "type" and an integer "index" in {"cluster": {"chief": ["h:1"], "worker": ["h:2"], "ps": ["h:4"]}})"));
   CHECK_THROWS_MATCHES(
       ClusterSpec::parse(R"({"cluster": {"chief": "h:1", "worker": ["h:2"], "ps": ["h:4"]},
                              "task": {"type": "chief", "index": 0}})"),

@@ -55,6 +55,7 @@ class RemoteValue {
 
  private:
   friend class ClusterCoordinator;
+  RemoteValue() = default;  // only schedule() makes one
   struct State;
   std::shared_ptr<State> state_;
 };
@@ -77,7 +78,7 @@ class ClusterCoordinator {
     double run_timeout_s = 60;       // deadline of one function's run
     double configure_timeout_s = 2;  // deadline of configuring (and knocking on) a worker
     std::chrono::milliseconds no_worker_timeout{60000};
-    bool log = true;                 // a line on stderr when a worker is lost or joins
+    bool log = true;  // a line on stderr when a worker is lost or joins
   };
   // `strategy` must outlive the coordinator. Starts one dispatcher thread per worker.
   explicit ClusterCoordinator(const ParameterServerStrategy& strategy);

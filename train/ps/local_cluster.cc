@@ -55,9 +55,9 @@ void LocalCluster::start_worker(int64_t w) {
   const size_t i = static_cast<size_t>(w);
   worker_servers_.at(i).reset();
   workers_.at(i) = std::make_unique<WorkerService>(registry_, /*rpc_timeout_s=*/5);
-  worker_servers_[i] = std::make_unique<TaskServer>(
-      "worker:" + std::to_string(w), spec_.address({TaskType::kWorker, w}),
-      std::vector<grpc::Service*>{workers_[i].get()});
+  worker_servers_[i] = std::make_unique<TaskServer>("worker:" + std::to_string(w),
+                                                    spec_.address({TaskType::kWorker, w}),
+                                                    std::vector<grpc::Service*>{workers_[i].get()});
 }
 
 void LocalCluster::stop_ps(int64_t p) { ps_servers_.at(static_cast<size_t>(p)).reset(); }

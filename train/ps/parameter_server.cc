@@ -78,8 +78,8 @@ grpc::Status ParameterServerService::Assign(grpc::ServerContext*, const rpc::Ass
       for (const auto& [slot, proto] : s.slots()) {
         auto it = mine.find(slot);
         if (it == mine.end()) {
-          throw_error<InvalidArgumentError>("ParameterServer::Assign",
-                                            "shard '{}' has no optimizer slot '{}'", s.name(), slot);
+          throw_error<InvalidArgumentError>(
+              "ParameterServer::Assign", "shard '{}' has no optimizer slot '{}'", s.name(), slot);
         }
         const Tensor value = from_proto(proto);
         it->second.assign(distribute(value, Layout::replicated(mesh_, value.rank())));
@@ -93,9 +93,9 @@ grpc::Status ParameterServerService::Pull(grpc::ServerContext*, const rpc::PullR
                                           rpc::PullReply* reply) {
   return guarded([&] {
     std::lock_guard<std::mutex> lock(mu_);
-    const auto slots =
-        request->with_slots() && optimizer_ ? optimizer_->slots()
-                                            : std::vector<std::pair<std::string, DVariable>>{};
+    const auto slots = request->with_slots() && optimizer_
+                           ? optimizer_->slots()
+                           : std::vector<std::pair<std::string, DVariable>>{};
     for (const auto& [name, var] : shards_) {
       rpc::ShardValue* s = reply->add_shards();
       s->set_name(name);
@@ -124,9 +124,9 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext*, const rpc::PushR
       }
       const Tensor grad = from_proto(g.value());
       if (grad.shape() != it->second.shape()) {
-        throw_error<ShapeError>("ParameterServer::Push", "gradient of shape {} for shard '{}' of {}",
-                                shape_to_string(grad.shape()), g.name(),
-                                shape_to_string(it->second.shape()));
+        throw_error<ShapeError>(
+            "ParameterServer::Push", "gradient of shape {} for shard '{}' of {}",
+            shape_to_string(grad.shape()), g.name(), shape_to_string(it->second.shape()));
       }
       vars.push_back(it->second);
       grads.push_back(distribute(grad, it->second.layout()));

@@ -49,8 +49,8 @@ class ParameterServerService final : public rpc::ParameterServer::Service {
 // "[make_optimizer] ..." for another type or a learning rate <= 0.
 std::unique_ptr<Optimizer> make_optimizer(const rpc::OptimizerConfig& config);
 
-// Runs the ps task spec.task() until the chief shuts it down (returns its reason) or a watched task is lost
-// (CommunicationError naming it; see serve_task).
+// Runs the ps task spec.task() until the chief shuts it down (returns its reason) or a watched task
+// is lost (CommunicationError naming it; see serve_task).
 std::string run_parameter_server(const ClusterSpec& spec, Watchdog::Options options = {});
 
 }  // namespace dtensor::ps

@@ -34,8 +34,8 @@ TEST_CASE("fixed_shards_partitioner: k shards, at most one per row") {
 
 TEST_CASE("min_size_partitioner keeps shards at least min_shard_bytes") {
   const Partitioner p = min_size_partitioner(/*min_shard_bytes=*/256 << 10, /*max_shards=*/4);
-  CHECK(num_shards(p, {784, 256}, 4) == 3);  // 784 KiB: three shards of >= 256 KiB
-  CHECK(num_shards(p, {10, 10}, 4) == 1);    // smaller than one shard
+  CHECK(num_shards(p, {784, 256}, 4) == 3);    // 784 KiB: three shards of >= 256 KiB
+  CHECK(num_shards(p, {10, 10}, 4) == 1);      // smaller than one shard
   CHECK(num_shards(p, {4096, 1024}, 4) == 4);  // 16 MiB, capped at 4
   CHECK_THROWS_MATCHES(min_size_partitioner(0, 2), InvalidArgumentError,
                        Message("[min_size_partitioner] min_shard_bytes=0 and max_shards=2 must be "
@@ -44,7 +44,7 @@ TEST_CASE("min_size_partitioner keeps shards at least min_shard_bytes") {
 
 TEST_CASE("max_size_partitioner keeps shards at most max_shard_bytes") {
   const Partitioner p = max_size_partitioner(/*max_shard_bytes=*/100 << 10);
-  CHECK(num_shards(p, {784, 256}, 4) == 8);  // 784 KiB / 100 KiB, rounded up
+  CHECK(num_shards(p, {784, 256}, 4) == 8);    // 784 KiB / 100 KiB, rounded up
   CHECK(num_shards(p, {3, 1 << 20}, 4) == 3);  // a shard is at least one row
   CHECK(num_shards(max_size_partitioner(100 << 10, 2), {784, 256}, 4) == 2);
   CHECK(num_shards(p, {256}, 4) == 1);

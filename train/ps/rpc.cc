@@ -25,11 +25,23 @@ std::unique_ptr<grpc::ClientContext> with_deadline(double seconds) {
 }
 
 std::string status_text(const grpc::Status& status) {
-  static const char* const kNames[] = {
-      "OK",      "CANCELLED",         "UNKNOWN",        "INVALID_ARGUMENT",    "DEADLINE_EXCEEDED",
-      "NOT_FOUND", "ALREADY_EXISTS",  "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-      "ABORTED", "OUT_OF_RANGE",      "UNIMPLEMENTED",  "INTERNAL",            "UNAVAILABLE",
-      "DATA_LOSS", "UNAUTHENTICATED"};
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
   const int code = static_cast<int>(status.error_code());
   const char* name = code >= 0 && code <= 16 ? kNames[code] : "?";
   return fmt::format("{}: {}", name, status.error_message());
@@ -142,7 +154,8 @@ void Watchdog::loop(ClusterSpec spec, std::vector<TaskId> tasks, Options options
     for (Watched& w : watched) {
       rpc::PingRequest request;
       rpc::PingReply reply;
-      const grpc::Status status = w.stub->Ping(with_deadline(ping_timeout_s).get(), request, &reply);
+      const grpc::Status status =
+          w.stub->Ping(with_deadline(ping_timeout_s).get(), request, &reply);
       const Clock::time_point now = Clock::now();
       if (status.ok()) {
         w.last_answer = now;
@@ -179,7 +192,7 @@ void shutdown_tasks(const ClusterSpec& spec, const std::string& reason, double t
 namespace dtensor::ps {
 
 std::string serve_task(const ClusterSpec& spec, std::vector<grpc::Service*> services,
-               Watchdog::Options options, int* port_out) {
+                       Watchdog::Options options, int* port_out) {
   const std::string me = spec.task().str();
   TaskServer server(me, spec.address(spec.task()), std::move(services));
   if (port_out != nullptr) *port_out = server.port();

@@ -102,6 +102,6 @@ namespace dtensor::ps {
 // CommunicationError "[<task>] lost task ..." when a watched task is lost. `port_out`, if set,
 // gets the port.
 std::string serve_task(const ClusterSpec& spec, std::vector<grpc::Service*> services,
-               Watchdog::Options options, int* port_out = nullptr);
+                       Watchdog::Options options, int* port_out = nullptr);
 
 }  // namespace dtensor::ps

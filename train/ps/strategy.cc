@@ -37,8 +37,8 @@ struct ParameterServerStrategy::State {
 
 ParameterServerStrategy::ParameterServerStrategy(const ClusterSpec& cluster,
                                                  StrategyOptions options)
-    : keras::Strategy("ParameterServerStrategy",
-                      Mesh::create({{kReplicaDim, 1}}, DeviceType::kCPU), kReplicaDim),
+    : keras::Strategy("ParameterServerStrategy", Mesh::create({{kReplicaDim, 1}}, DeviceType::kCPU),
+                      kReplicaDim),
       state_(std::make_shared<State>()) {
   State& s = *state_;
   s.spec = cluster.as_task({TaskType::kChief, 0});
@@ -55,14 +55,14 @@ ParameterServerStrategy::ParameterServerStrategy(const ClusterSpec& cluster,
     rpc::PingReply reply;
     const grpc::Status status = stub->Ping(context.get(), request, &reply);
     if (!status.ok()) {
-      throw_error<CommunicationError>("ParameterServerStrategy",
-                                      "{} at {} did not answer within {} s: {}", task.str(),
-                                      s.spec.address(task), s.options.connect_timeout_s,
-                                      status_text(status));
+      throw_error<CommunicationError>(
+          "ParameterServerStrategy", "{} at {} did not answer within {} s: {}", task.str(),
+          s.spec.address(task), s.options.connect_timeout_s, status_text(status));
     }
   }
   if (s.options.serve_control) {
-    s.server = std::make_unique<TaskServer>("chief:0", s.spec.chief(), std::vector<grpc::Service*>{});
+    s.server =
+        std::make_unique<TaskServer>("chief:0", s.spec.chief(), std::vector<grpc::Service*>{});
   }
   std::vector<TaskId> servers;
   for (int64_t i = 0; i < s.spec.num_ps(); ++i) servers.push_back({TaskType::kPs, i});

@@ -26,8 +26,9 @@ void to_proto(const Tensor& tensor, rpc::TensorProto* out) {
 Tensor from_proto(const rpc::TensorProto& proto) {
   Shape shape(proto.shape().begin(), proto.shape().end());
   for (int64_t d : shape) {
-    if (d < 0) throw_error<InvalidArgumentError>("from_proto", "negative dim in shape {}",
-                                                    shape_to_string(shape));
+    if (d < 0)
+      throw_error<InvalidArgumentError>("from_proto", "negative dim in shape {}",
+                                        shape_to_string(shape));
   }
   Tensor out = Tensor::empty(shape, DType::kF32);
   if (proto.data().size() != out.nbytes()) {
@@ -56,7 +57,8 @@ Tensor concat_rows(const std::vector<Tensor>& parts, const Shape& shape) {
   size_t at = 0;
   for (const Tensor& p : parts) {
     if (at + p.nbytes() > out.nbytes()) break;
-    if (p.nbytes() > 0) std::memcpy(static_cast<char*>(out.raw_data()) + at, p.raw_data(), p.nbytes());
+    if (p.nbytes() > 0)
+      std::memcpy(static_cast<char*>(out.raw_data()) + at, p.raw_data(), p.nbytes());
     at += p.nbytes();
   }
   if (at != out.nbytes()) {

@@ -93,10 +93,9 @@ void WorkerContext::push(const std::map<std::string, Tensor>& gradients) {
     }
     const Shape shape(spec->shape().begin(), spec->shape().end());
     if (grad.shape() != shape) {
-      throw_error<InvalidArgumentError>("WorkerContext::push",
-                                        "gradient of shape {} for variable '{}' of shape {}",
-                                        shape_to_string(grad.shape()), name,
-                                        shape_to_string(shape));
+      throw_error<InvalidArgumentError>(
+          "WorkerContext::push", "gradient of shape {} for variable '{}' of shape {}",
+          shape_to_string(grad.shape()), name, shape_to_string(shape));
     }
     for (int k = 0; k < spec->shards_size(); ++k) {
       const rpc::ShardPlacement& at = spec->shards(k);
@@ -118,9 +117,8 @@ void WorkerContext::push(const std::map<std::string, Tensor>& gradients) {
 data::Dataset& WorkerContext::dataset(const std::string& name) {
   auto it = datasets_.find(name);
   if (it == datasets_.end()) {
-    throw_error<InvalidArgumentError>("WorkerContext::dataset",
-                                      "no per-worker dataset '{}' on worker:{}", name,
-                                      worker_index_);
+    throw_error<InvalidArgumentError>(
+        "WorkerContext::dataset", "no per-worker dataset '{}' on worker:{}", name, worker_index_);
   }
   return it->second;
 }
@@ -143,8 +141,8 @@ grpc::Status WorkerService::Configure(grpc::ServerContext*, const rpc::Configure
   c.worker_index_ = request->worker_index();
   c.num_workers_ = request->num_workers();
   c.variables_.assign(request->variables().begin(), request->variables().end());
-  if (c.ps_addresses_ != std::vector<std::string>(request->ps_addresses().begin(),
-                                                 request->ps_addresses().end())) {
+  if (c.ps_addresses_ !=
+      std::vector<std::string>(request->ps_addresses().begin(), request->ps_addresses().end())) {
     c.ps_addresses_.assign(request->ps_addresses().begin(), request->ps_addresses().end());
     c.ps_.clear();
     for (const std::string& a : c.ps_addresses_) {
@@ -168,9 +166,9 @@ grpc::Status WorkerService::Run(grpc::ServerContext*, const rpc::RunRequest* req
                                 rpc::RunReply* reply) {
   std::lock_guard<std::mutex> lock(mu_);
   if (request->generation() != generation_) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "[Worker::Run] not configured for generation " +
-                            std::to_string(request->generation()));
+    return grpc::Status(
+        grpc::StatusCode::FAILED_PRECONDITION,
+        "[Worker::Run] not configured for generation " + std::to_string(request->generation()));
   }
   const FunctionRegistry::Function* fn = registry_.function(request->function());
   if (fn == nullptr) {
@@ -192,7 +190,7 @@ grpc::Status WorkerService::Run(grpc::ServerContext*, const rpc::RunRequest* req
 }
 
 std::string run_worker(const ClusterSpec& spec, const FunctionRegistry& registry,
-               Watchdog::Options options) {
+                       Watchdog::Options options) {
   WorkerService service(registry, /*rpc_timeout_s=*/10);
   return serve_task(spec, {&service}, options);
 }

@@ -93,9 +93,9 @@ class WorkerService final : public rpc::Worker::Service {
   WorkerContext context_;
 };
 
-// Runs the worker task spec.task() until the chief shuts it down (returns its reason) or a watched task is lost
-// (CommunicationError; see serve_task). Its RPCs to servers get 10 s each.
+// Runs the worker task spec.task() until the chief shuts it down (returns its reason) or a watched
+// task is lost (CommunicationError; see serve_task). Its RPCs to servers get 10 s each.
 std::string run_worker(const ClusterSpec& spec, const FunctionRegistry& registry,
-               Watchdog::Options options = {});
+                       Watchdog::Options options = {});
 
 }  // namespace dtensor::ps
