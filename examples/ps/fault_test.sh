@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Kills tasks of an asynchronous parameter-server job with SIGKILL and checks that it survives
+# or ends as docs/parameter_server.md promises:
+#   fault_test.sh <ps_cluster.sh> <train> workers   a worker killed at 3 random steps (restarted
+#                                                   once): the job finishes and reaches >= 0.95
+#                                                   of the synchronous run's test accuracy
+#   fault_test.sh <ps_cluster.sh> <train> ps        ps:0 killed: every task ends within 15 s
+#                                                   naming it; the job resumes and finishes
+#   fault_test.sh <ps_cluster.sh> <train> chief     the same for chief:0
+#   fault_test.sh <ps_cluster.sh> <train> plain     no kill, 2 workers and 2 servers: the job
+#                                                   reaches the accuracy and writes --metrics_out
+set -euo pipefail
+
+cluster=$1 train=$2 mode=$3
+work=${TEST_TMPDIR:-$(mktemp -d)}/ps_fault_$mode
+rm -rf "$work"
+mkdir -p "$work"
+export PS_CLUSTER_TIMEOUT=120
+steps=300
+common=(--steps=$steps --steps_per_epoch=10)
+
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$run"/*.log; do
+    echo "== $f" >&2
+    tail -n 15 "$f" >&2
+  done
+  exit 1
+}
+
+# Waits (at most 60 s) until the chief's log reports step >= $1.
+wait_for_step() {
+  local want=$1 i last
+  for ((i = 0; i < 600; i++)); do
+    last=$(grep -o '^step [0-9]*' "$run/chief:0.log" 2>/dev/null | tail -n 1 | cut -d' ' -f2 || true)
+    if [[ -n $last && $last -ge $want ]]; then return 0; fi
+    sleep 0.1
+  done
+  fail "the chief never reached step $want"
+}
+
+# Whether process $1 runs (a zombie, ended but not yet reaped by the launcher, does not).
+running() {
+  [[ -r /proc/$1/stat ]] && ! grep -q '^[0-9]* (.*) Z' "/proc/$1/stat" 2>/dev/null
+}
+
+accuracy() { grep -o '^test: accuracy [0-9.]*' "$1" | tail -n 1 | cut -d' ' -f3; }
+
+sync_accuracy=$("$train" --sync "${common[@]}" | grep -o '^test: accuracy [0-9.]*' | cut -d' ' -f3)
+echo "synchronous run: test accuracy $sync_accuracy"
+
+# Fails unless the test accuracy in log $1 is >= 0.95 of the synchronous run's.
+check_accuracy() {
+  local acc
+  acc=$(accuracy "$1")
+  echo "$2: test accuracy $acc"
+  python3 -c "import sys; sys.exit(0 if $acc >= 0.95 * $sync_accuracy else 1)" ||
+    fail "$2: accuracy $acc < 0.95 * $sync_accuracy"
+}
+
+case $mode in
+  plain)
+    run=$work/plain
+    "$cluster" "$run" 2 2 -- "$train" "${common[@]}" --metrics_out="$work/metrics.jsonl" ||
+      fail "the job failed"
+    check_accuracy "$run/chief:0.log" "2 workers, 2 servers"
+    [[ $(wc -l <"$work/metrics.jsonl") -eq $((steps / 10)) ]] || fail "not one metrics row an epoch"
+    grep -q '"examples_per_s"' "$work/metrics.jsonl" || fail "no examples_per_s in the metrics"
+    ;;
+  workers)
+    for round in 1 2 3; do
+      run=$work/run$round
+      kill_at=$((20 + RANDOM % 240))
+      "$cluster" "$run" 2 1 -- "$train" "${common[@]}" &
+      launcher=$!
+      wait_for_step "$kill_at"
+      sleep "0.0$((RANDOM % 10))"
+      kill -9 "$(cat "$run/worker:1.pid")"
+      echo "round $round: killed worker:1 after step $kill_at"
+      if [[ $round -eq 2 ]]; then
+        sleep 0.5
+        "$cluster" --restart "$run" worker:1 -- "$train" "${common[@]}"
+      fi
+      status=0
+      wait "$launcher" || status=$?
+      [[ $status -eq 0 ]] || fail "round $round: the job ended with status $status"
+      grep -q 'worker:1 at .* lost' "$run/chief:0.log" || fail "round $round: no lost worker:1"
+      grep -q "^step $steps/$steps" "$run/chief:0.log" || fail "round $round: not finished"
+      if [[ $round -eq 2 ]]; then
+        [[ $(grep -c 'worker:1 at .* joined' "$run/chief:0.log") -eq 2 ]] ||
+          fail "round 2: the restarted worker:1 did not rejoin"
+      fi
+      check_accuracy "$run/chief:0.log" "round $round"
+    done
+    ;;
+  ps | chief)
+    victim=ps:0
+    [[ $mode == chief ]] && victim=chief:0
+    run=$work/first
+    "$cluster" "$run" 2 2 -- "$train" "${common[@]}" --checkpoint_dir="$work/ckpt" &
+    launcher=$!
+    wait_for_step 100
+    kill -9 "$(cat "$run/$victim.pid")"
+    killed=$(date +%s.%N)
+    # Every task but the victim ends by itself, each saying which task it lost.
+    for t in chief:0 worker:0 worker:1 ps:0 ps:1; do
+      [[ $t == "$victim" ]] && continue
+      pid=$(cat "$run/$t.pid")
+      for ((i = 0; i < 150; i++)); do
+        running "$pid" || break
+        sleep 0.1
+      done
+      running "$pid" && fail "$t still runs 15 s after $victim was killed"
+      grep -q "lost task $victim" "$run/$t.log" || fail "$t does not name the lost $victim"
+    done
+    ended=$(date +%s.%N)
+    wait "$launcher" || true
+    echo "every task ended $(python3 -c "print(f'{$ended - $killed:.1f}')") s after $victim was killed"
+    run=$work/resumed
+    "$cluster" "$run" 2 2 -- "$train" "${common[@]}" --checkpoint_dir="$work/ckpt" ||
+      fail "the resumed job failed"
+    grep -q "^resumed from $work/ckpt/ckpt-" "$run/chief:0.log" || fail "nothing was resumed"
+    grep -q "^step $steps/$steps" "$run/chief:0.log" || fail "the resumed job did not finish"
+    check_accuracy "$run/chief:0.log" "resumed job"
+    ;;
+  *)
+    echo "unknown mode $mode" >&2
+    exit 2
+    ;;
+esac
+echo PASS

@@ -1,0 +1,278 @@
+// The Keras guide's MNIST classifier trained asynchronously with a ParameterServerStrategy: one
+// coordinator (chief), W workers and P parameter servers, each a process of this program, told
+// its task by TF_CONFIG (tools/ps_cluster.sh starts a cluster on this machine):
+//
+//   tools/ps_cluster.sh /tmp/ps 2 1 -- bazel-bin/examples/ps/train --steps=300
+//   bazel-bin/examples/ps/train --sync --steps=300    # the synchronous reference, one process
+//
+// The chief partitions the model's variables over the servers, schedules --steps train steps
+// (each: a worker pulls the variables, computes the gradient of one batch of its own shuffled
+// copy of the data and pushes it; the servers apply Adam on arrival), checkpoints every epoch
+// into --checkpoint_dir and resumes from the newest checkpoint there. A lost worker's step runs on
+// another; a lost server or chief ends every process within seconds, naming the lost task.
+// At the end the chief prints the test accuracy, examples/s, the staleness of the pushes and the
+// time the workers spent in RPCs against computing.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/flags.h"
+#include "dtensor/runtime.h"
+#include "ops/autograd.h"
+#include "ops/ops.h"
+#include "train/data/idx.h"
+#include "train/keras/callbacks.h"
+#include "train/keras/layers.h"
+#include "train/keras/metrics.h"
+#include "train/keras/strategy.h"
+#include "train/keras/trainer.h"
+#include "train/progress.h"
+#include "train/ps/checkpoint.h"
+#include "train/ps/coordinator.h"
+#include "train/ps/parameter_server.h"
+#include "train/ps/worker.h"
+
+namespace {
+
+using namespace dtensor;
+using Clock = std::chrono::steady_clock;
+
+struct Flags {
+  int64_t steps = 300;
+  int64_t batch = 64;
+  int64_t steps_per_epoch = 50;
+  int64_t shards = 0;
+  double lr = 1e-3;
+  uint64_t seed = 22;
+  int64_t train_examples = 4000;
+  std::string checkpoint_dir;
+  std::string metrics_out;
+  bool sync = false;
+};
+
+void define_flags(cli::Flags& cli, Flags& f) {
+  cli.add_int("--steps", &f.steps, "train steps in all (each one batch of one worker)", 1);
+  cli.add_int("--batch", &f.batch, "examples per step", 1);
+  cli.add_int("--steps_per_epoch", &f.steps_per_epoch,
+              "steps between checkpoints and progress lines", 1);
+  cli.add_int("--shards", &f.shards, "shards per variable (0: one per parameter server)", 0);
+  cli.add_double("--lr", &f.lr, "Adam learning rate", /*positive=*/true);
+  cli.add_uint("--seed", &f.seed, "seed of the weights, shuffling and synthetic data");
+  cli.add_int("--train_examples", &f.train_examples, "synthetic training digits", 10);
+  cli.add_path("--checkpoint_dir", &f.checkpoint_dir,
+               "checkpoints every epoch; the newest is restored at start (empty: none)",
+               cli::PathKind::kOutputDir);
+  cli.add_path("--metrics_out", &f.metrics_out, "epoch logs, .csv or JSON lines",
+               cli::PathKind::kOutputFile);
+  cli.add_bool("--sync", &f.sync, "train synchronously in this process, without a cluster");
+}
+
+keras::Sequential make_model(uint64_t seed) {
+  return keras::Sequential(
+      784, {keras::Dense(256, relu), keras::Dense(256, relu), keras::Dense(10)}, seed);
+}
+
+// The mean loss of `batch` and its gradient for each of the model's variables.
+struct Gradients {
+  double loss = 0;
+  std::vector<DTensor> grads;
+};
+
+Gradients gradients(keras::Model& model, const data::Batch& batch) {
+  static const keras::Loss loss_fn = keras::sparse_categorical_crossentropy();
+  const std::vector<DVariable> vars = model.variables();
+  GradientTape tape;
+  for (const DVariable& v : vars) tape.watch(v);
+  const DTensor loss = reduce_mean(loss_fn(batch.labels, model.call(batch.features, true)));
+  Gradients out;
+  out.grads = tape.gradient(loss, vars);
+  out.loss = to_global(loss).data<float>()[0];
+  return out;
+}
+
+// The training digits, shuffled with `seed`, in batches of `batch`, repeated, on the mesh of
+// the calling thread's strategy.
+data::Dataset train_dataset(const Flags& f, uint64_t seed) {
+  data::MnistSplit digits = data::synthetic_digits(f.train_examples, f.seed);
+  data::Dataset d =
+      keras::get_strategy().experimental_distribute_dataset(digits.images, digits.labels);
+  d.shuffle(seed).batch(f.batch, /*drop_remainder=*/true).repeat();
+  return d;
+}
+
+double test_accuracy(keras::Model& model, const Flags& f) {
+  data::MnistSplit test = data::synthetic_digits(1000, f.seed + 1);
+  data::Dataset d = keras::get_strategy().experimental_distribute_dataset(test.images, test.labels);
+  d.batch(250);
+  Adam unused(f.lr);
+  keras::Trainer trainer(model, unused, keras::sparse_categorical_crossentropy(),
+                         keras::metrics_list<keras::SparseCategoricalAccuracy>());
+  return trainer.evaluate(d).at("accuracy");
+}
+
+int train_sync(const Flags& f) {
+  keras::Sequential model = make_model(f.seed);
+  Adam optimizer(f.lr);
+  data::Dataset data = train_dataset(f, f.seed);
+  for (int64_t s = 0; s < f.steps; ++s) {
+    Gradients g = gradients(model, *data.next());
+    optimizer.apply(model.variables(), g.grads);
+  }
+  fmt::print("sync: {} steps of {} examples\ntest: accuracy {}\n", f.steps, f.batch,
+             test_accuracy(model, f));
+  return 0;
+}
+
+// The workers' functions: "train_step" on the per-worker dataset "digits".
+ps::FunctionRegistry make_registry(const Flags& f, keras::Sequential& model) {
+  ps::FunctionRegistry registry;
+  registry.add_dataset("digits", [f](const keras::InputContext& ctx) {
+    return train_dataset(f, f.seed + static_cast<uint64_t>(ctx.input_pipeline_id()));
+  });
+  registry.add_function("train_step", [&model](ps::WorkerContext& ctx, const std::string&) {
+    const std::map<std::string, Tensor> values = ctx.pull();
+    const std::vector<DVariable> vars = model.variables();
+    for (DVariable v : vars) v.assign(distribute(values.at(v.name()), v.layout()));
+    const Gradients g = gradients(model, *ctx.dataset("digits").next());
+    std::map<std::string, Tensor> grads;
+    for (size_t i = 0; i < vars.size(); ++i) grads.emplace(vars[i].name(), to_global(g.grads[i]));
+    ctx.push(grads);
+    return fmt::format("{}", g.loss);
+  });
+  return registry;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+int run_chief(const ps::ClusterSpec& spec, const Flags& f) {
+  ps::StrategyOptions options;
+  options.partitioner = ps::fixed_shards_partitioner(f.shards > 0 ? f.shards : spec.num_ps());
+  options.learning_rate = f.lr;
+  ps::ParameterServerStrategy strategy(spec, options);
+  std::optional<keras::Sequential> model;
+  {
+    auto scope = strategy.scope();
+    model.emplace(make_model(f.seed));
+  }
+  for (const DVariable& v : model->variables()) {
+    strategy.create_sharded_variable(to_global(v.value()), v.name());
+  }
+  int64_t step = 0;
+  if (!f.checkpoint_dir.empty()) {
+    if (std::optional<int64_t> restored = ps::restore_latest(strategy, f.checkpoint_dir)) {
+      step = *restored;
+      fmt::print("resumed from {}/ckpt-{}: step {} of {}\n", f.checkpoint_dir, step, step, f.steps);
+    }
+  }
+  ps::ClusterCoordinator coordinator(strategy);
+  coordinator.create_per_worker_dataset("digits");
+  const int64_t epochs = (f.steps + f.steps_per_epoch - 1) / f.steps_per_epoch;
+  cli::Progress progress(epochs, true);
+  std::optional<keras::MetricsLogger> logger;
+  if (!f.metrics_out.empty()) {
+    logger.emplace(f.metrics_out, keras::MetricsLogger::Format::kAuto, /*append=*/step > 0);
+    logger->on_train_begin({});
+  }
+  const Clock::time_point start = Clock::now();
+  const int64_t first_step = step;
+  while (step < f.steps) {
+    const int64_t epoch = step / f.steps_per_epoch;
+    const int64_t epoch_end = std::min(f.steps, (epoch + 1) * f.steps_per_epoch);
+    progress.begin_epoch(epoch, epoch_end - epoch * f.steps_per_epoch,
+                         step - epoch * f.steps_per_epoch);
+    std::vector<ps::RemoteValue> losses;
+    for (int64_t s = step; s < epoch_end; ++s) losses.push_back(coordinator.schedule("train_step"));
+    double sum = 0;
+    for (size_t i = 0; i < losses.size(); ++i) {
+      sum += std::stod(losses[i].fetch());
+      ++step;
+      progress.step(step - epoch * f.steps_per_epoch, {{"loss", sum / static_cast<double>(i + 1)}});
+    }
+    coordinator.join();
+    const double seconds = progress.end_epoch({{"loss", sum / static_cast<double>(losses.size())}});
+    fmt::print("step {}/{} loss {:.4f}\n", step, f.steps, sum / static_cast<double>(losses.size()));
+    std::fflush(stdout);
+    if (!f.checkpoint_dir.empty()) ps::save_checkpoint(strategy, f.checkpoint_dir, step);
+    if (logger) {
+      keras::Logs row{{"loss", sum / static_cast<double>(losses.size())},
+                      {"step", static_cast<double>(step)},
+                      {"examples_per_s", static_cast<double>(losses.size() * f.batch) / seconds}};
+      logger->on_epoch_end(epoch, row);
+    }
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const std::map<std::string, Tensor> values = strategy.read_variables();
+  for (DVariable v : model->variables()) v.assign(distribute(values.at(v.name()), v.layout()));
+  double accuracy = 0;
+  {
+    auto scope = strategy.scope();
+    accuracy = test_accuracy(*model, f);
+  }
+  const ps::CoordinatorStats stats = coordinator.stats();
+  std::vector<double> staleness;
+  for (int64_t s : strategy.staleness()) staleness.push_back(static_cast<double>(s));
+  const double max_staleness =
+      staleness.empty() ? 0 : *std::max_element(staleness.begin(), staleness.end());
+  const double done = static_cast<double>(std::max<int64_t>(stats.functions_done, 1));
+  fmt::print("trained {} steps in this run ({} workers, {} servers): {:.1f} examples/s\n",
+             step - first_step, spec.num_workers(), spec.num_ps(),
+             static_cast<double>((step - first_step) * f.batch) / seconds);
+  fmt::print("staleness (server steps between a worker's pull and its push): median {} max {}\n",
+             median(staleness), max_staleness);
+  fmt::print("per step: rpc {:.3f} ms, compute {:.3f} ms; re-run steps {}, workers lost {}\n",
+             1e3 * stats.rpc_seconds / done, 1e3 * stats.compute_seconds / done, stats.reruns,
+             stats.workers_lost);
+  fmt::print("test: accuracy {}\n", accuracy);
+  std::fflush(stdout);
+  ps::shutdown_tasks(spec, "finished");
+  return 0;
+}
+
+int run_task(const Flags& f) {
+  const ps::ClusterSpec spec = ps::ClusterSpec::from_environment();
+  const std::string me = spec.task().str();
+  try {
+    std::string reason;
+    if (spec.task().type == ps::TaskType::kChief) return run_chief(spec, f);
+    if (spec.task().type == ps::TaskType::kPs) {
+      reason = ps::run_parameter_server(spec);
+    } else {
+      keras::Sequential model = make_model(f.seed);
+      const ps::FunctionRegistry registry = make_registry(f, model);
+      reason = ps::run_worker(spec, registry);
+    }
+    fmt::print("{}: shut down by chief:0: {}\n", me, reason);
+    return reason == "finished" ? 0 : 1;
+  } catch (const Error& e) {
+    fmt::print(stderr, "{}: {}\n", me, e.what());
+    std::fflush(stderr);
+    if (spec.task().type == ps::TaskType::kChief) {
+      ps::shutdown_tasks(spec, std::string("chief:0 ended: ") + e.what());
+    }
+    return 1;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return dtensor::run_main(argc, argv, [&](dtensor::Runtime&) {
+    Flags flags;
+    dtensor::cli::Flags cli("train",
+                            "The Keras guide's MNIST model trained asynchronously with a "
+                            "ParameterServerStrategy (TF_CONFIG names this process's task).");
+    define_flags(cli, flags);
+    if (std::optional<int> code = cli.parse(argc, argv, true)) return *code;
+    return flags.sync ? train_sync(flags) : run_task(flags);
+  });
+}
