@@ -443,7 +443,8 @@ TEST_CASE("GPU fused optimizer updates match the CPU") {
   }
 }
 
-TEST_CASE("a failed kernel launch throws CudaError naming the kernel and CUDA's message", "[host]") {
+TEST_CASE("a failed kernel launch throws CudaError naming the kernel and CUDA's message",
+          "[host]") {
   // What checked_launch (checked_launch.cuh) calls when cudaGetLastError reports a launch failed.
   CHECK_THROWS_MATCHES(
       cuda_launch::launch_failed(cudaErrorInvalidConfiguration, "unary_kernel"), cuda::CudaError,
