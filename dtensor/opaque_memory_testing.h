@@ -106,7 +106,8 @@ inline Tensor opaque_binary(kernels::BinaryOp op, const Tensor& a, const Tensor&
 }
 
 inline Tensor opaque_cast(const Tensor& x, DType dtype) {
-  return opaque_kernel({&x}, [&](const Device& cpu) { return kernels::cast(x.with_device(cpu), dtype); });
+  return opaque_kernel({&x},
+                       [&](const Device& cpu) { return kernels::cast(x.with_device(cpu), dtype); });
 }
 
 // The GPU table's transfer entries replaced by the opaque ones (or emptied, `present` false), and

@@ -15,9 +15,9 @@
 #include "ops/ops.h"
 
 using namespace dtensor;
+using Catch::Message;
 using testing::TransferEntries;
 using testing::transfers;
-using Catch::Message;
 
 namespace {
 
@@ -64,9 +64,8 @@ TEST_CASE("the label check of sparse_softmax_cross_entropy reads two scalars per
   const DTensor labels = two_shards<int32_t>(mesh, {4}, {0, 2, 1, 2});
   const int before = transfers;
   // The labels pass the check; the loss kernel itself has no GPU entry here.
-  CHECK_THROWS_MATCHES(
-      sparse_softmax_cross_entropy(x, labels), UnimplementedError,
-      Message("[sparse_softmax_cross_entropy] has no GPU kernel in this build"));
+  CHECK_THROWS_MATCHES(sparse_softmax_cross_entropy(x, labels), UnimplementedError,
+                       Message("[sparse_softmax_cross_entropy] has no GPU kernel in this build"));
   CHECK(transfers - before == 4);  // min and max of each shard
 }
 

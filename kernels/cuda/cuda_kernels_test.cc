@@ -9,10 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/philox.h"
 #include "kernels/cuda/tf32.h"
 #include "kernels/kernels.h"
 #include "kernels/optimizer_update.h"
+#include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/transfer.h"
 #include "runtime/element_loops.h"
 
@@ -439,4 +441,16 @@ TEST_CASE("GPU fused optimizer updates match the CPU") {
     check_close(gm1, m1, "adam m");
     check_close(gv1, v1, "adam v");
   }
+}
+
+TEST_CASE("a failed kernel launch throws CudaError naming the kernel and CUDA's message",
+          "[host]") {
+  // What checked_launch (checked_launch.cuh) calls when cudaGetLastError reports a launch failed.
+  CHECK_THROWS_MATCHES(
+      cuda_launch::launch_failed(cudaErrorInvalidConfiguration, "unary_kernel"), cuda::CudaError,
+      Message("[unary_kernel] kernel launch failed: invalid configuration argument"));
+  CHECK_THROWS_MATCHES(
+      cuda_launch::launch_failed(cudaErrorNoKernelImageForDevice, "adam_kernel"), cuda::CudaError,
+      Message("[adam_kernel] kernel launch failed: no kernel image is available for execution on "
+              "the device"));
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "kernels/cuda/checked_launch.cuh"
 #include "kernels/cuda/device_types.cuh"
 #include "kernels/cuda/launch.h"
 
@@ -263,8 +264,8 @@ void unary(int op, int dtype, const void* x, void* y, int64_t n, cudaStream_t st
   visit(dtype, [&](auto zero) {
     using T = decltype(zero);
     if constexpr (!std::is_same_v<T, bool>) {
-      unary_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(op, static_cast<const T*>(x),
-                                                              static_cast<T*>(y), n);
+      checked_launch("unary_kernel", unary_kernel<T>, blocks_for(n), kThreads, stream, op,
+                     static_cast<const T*>(x), static_cast<T*>(y), n);
     }
   });
 }
@@ -274,8 +275,8 @@ void binary(int op, int dtype, const void* a, const StridedIndex& ia, const void
   if (n == 0) return;
   visit(dtype, [&](auto zero) {
     using T = decltype(zero);
-    binary_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(op, static_cast<const T*>(a), ia,
-                                                             static_cast<const T*>(b), ib, out, n);
+    checked_launch("binary_kernel", binary_kernel<T>, blocks_for(n), kThreads, stream, op,
+                   static_cast<const T*>(a), ia, static_cast<const T*>(b), ib, out, n);
   });
 }
 
@@ -283,8 +284,8 @@ void scale(int dtype, const void* x, void* y, int64_t n, double alpha, cudaStrea
   if (n == 0) return;
   visit_float(dtype, [&](auto zero) {
     using T = decltype(zero);
-    scale_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), n, static_cast<Compute<T>>(alpha));
+    checked_launch("scale_kernel", scale_kernel<T>, blocks_for(n), kThreads, stream,
+                   static_cast<const T*>(x), static_cast<T*>(y), n, static_cast<Compute<T>>(alpha));
   });
 }
 
@@ -294,9 +295,9 @@ void where(const void* cond, const StridedIndex& ic, int dtype, const void* a,
   if (n == 0) return;
   visit(dtype, [&](auto zero) {
     using T = decltype(zero);
-    where_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<const bool*>(cond), ic, static_cast<const T*>(a), ia, static_cast<const T*>(b),
-        ib, static_cast<T*>(out), n);
+    checked_launch("where_kernel", where_kernel<T>, blocks_for(n), kThreads, stream,
+                   static_cast<const bool*>(cond), ic, static_cast<const T*>(a), ia,
+                   static_cast<const T*>(b), ib, static_cast<T*>(out), n);
   });
 }
 
@@ -306,8 +307,8 @@ void cast(int from, int to, const void* x, void* y, int64_t n, cudaStream_t stre
     using From = decltype(f);
     visit(to, [&](auto t) {
       using To = decltype(t);
-      cast_kernel<From, To><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const From*>(x),
-                                                                    static_cast<To*>(y), n);
+      checked_launch("cast_kernel", cast_kernel<From, To>, blocks_for(n), kThreads, stream,
+                     static_cast<const From*>(x), static_cast<To*>(y), n);
     });
   });
 }
@@ -317,8 +318,8 @@ void strided_copy(int elem_size, const void* src, const StridedIndex& is, void* 
   if (n == 0) return;
   auto launch = [&](auto zero) {
     using E = decltype(zero);
-    strided_copy_kernel<E><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const E*>(src), is,
-                                                                   static_cast<E*>(dst), id, n);
+    checked_launch("strided_copy_kernel", strided_copy_kernel<E>, blocks_for(n), kThreads, stream,
+                   static_cast<const E*>(src), is, static_cast<E*>(dst), id, n);
   };
   switch (elem_size) {
     case 1:
@@ -336,8 +337,8 @@ void fill(int dtype, void* dst, int64_t n, double value, cudaStream_t stream) {
   if (n == 0) return;
   visit(dtype, [&](auto zero) {
     using T = decltype(zero);
-    fill_kernel<T>
-        <<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(dst), n, host_value<T>(value));
+    checked_launch("fill_kernel", fill_kernel<T>, blocks_for(n), kThreads, stream,
+                   static_cast<T*>(dst), n, host_value<T>(value));
   });
 }
 
@@ -346,8 +347,8 @@ void combine_into(int reduce_op, int dtype, void* dst, const void* src, int64_t 
   if (n == 0) return;
   visit(dtype, [&](auto zero) {
     using T = decltype(zero);
-    combine_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(reduce_op, static_cast<T*>(dst),
-                                                              static_cast<const T*>(src), n);
+    checked_launch("combine_kernel", combine_kernel<T>, blocks_for(n), kThreads, stream, reduce_op,
+                   static_cast<T*>(dst), static_cast<const T*>(src), n);
   });
 }
 
@@ -358,8 +359,8 @@ void reduce_tree(int reduce_op, int dtype, void* acc, const void* const* inputs,
   for (int i = 0; i < count; ++i) in.p[i] = inputs[i];
   visit(dtype, [&](auto zero) {
     using T = decltype(zero);
-    tree_kernel<T>
-        <<<blocks_for(n), kThreads, 0, stream>>>(reduce_op, static_cast<T*>(acc), in, count, n);
+    checked_launch("tree_kernel", tree_kernel<T>, blocks_for(n), kThreads, stream, reduce_op,
+                   static_cast<T*>(acc), in, count, n);
   });
 }
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/launch.h"
+#include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/gpu_devices.h"
 #include "runtime/cuda/transfer.h"
 #include "runtime/error.h"
@@ -80,3 +82,11 @@ int64_t read_flag(const int64_t* device_flag, const Tensor& on) {
 }
 
 }  // namespace dtensor::kernels::cuda_internal
+
+namespace dtensor::kernels::cuda_launch {
+
+void launch_failed(cudaError_t status, const char* kernel) {
+  dtensor::cuda::throw_cuda_error(status, "kernel launch", kernel, nullptr);
+}
+
+}  // namespace dtensor::kernels::cuda_launch

@@ -68,6 +68,10 @@ namespace softmax_mode {
 enum : int { kSoftmax, kLogSoftmax, kLogSumExp };
 }  // namespace softmax_mode
 
+// Throws CudaError "[<kernel>] kernel launch failed: <CUDA's message>" (internal.cc, host code):
+// what checked_launch (checked_launch.cuh), under every launch, calls when one fails.
+[[noreturn]] void launch_failed(cudaError_t status, const char* kernel);
+
 void unary(int op, int dtype, const void* x, void* y, int64_t n, cudaStream_t stream);
 // out[i] = op(a[ia(i)], b[ib(i)]); comparisons write bool.
 void binary(int op, int dtype, const void* a, const StridedIndex& ia, const void* b,

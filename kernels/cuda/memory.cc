@@ -20,6 +20,20 @@ static_assert(cuda_launch::random_kind::kNormal == static_cast<int>(RandomDistri
 static_assert(cuda_launch::random_kind::kTruncatedNormal ==
               static_cast<int>(RandomDistribution::kTruncatedNormal));
 
+namespace {
+
+// `t` where a kernel on `device`'s physical GPU reads it: as it is on that GPU (logical devices of
+// one GPU share its stream, so the kernel is ordered after t's writes), else a copy brought over
+// first (cuda::to_device: a peer copy ordered by events), so no kernel is handed another GPU's
+// pointer, whether or not the two GPUs can reach each other's memory.
+Tensor on_gpu_of(const Tensor& t, const Device& device) {
+  return cuda::physical_gpu_of(t.device()) == cuda::physical_gpu_of(device)
+             ? t
+             : cuda::to_device(t, device);
+}
+
+}  // namespace
+
 void copy_box_elements(const Tensor& src, const std::vector<int64_t>& src_begin, Tensor& dst,
                        const std::vector<int64_t>& dst_begin, const Shape& extent) {
   const char* op = "copy_box";
@@ -33,11 +47,7 @@ void copy_box_elements(const Tensor& src, const std::vector<int64_t>& src_begin,
     to.strides[d] = ds[d];
     to.base += dst_begin[d] * ds[d];
   }
-  // Logical devices of one GPU share its stream, so the copy is ordered after the source's
-  // writes. A source on another physical GPU comes over whole first (a peer copy).
-  const Tensor local = cuda::physical_gpu_of(src.device()) == cuda::physical_gpu_of(dst.device())
-                           ? src
-                           : cuda::to_device(src, dst.device());
+  const Tensor local = on_gpu_of(src, dst.device());
   cudaStream_t stream = stream_of(dst, op);
   cuda_launch::strided_copy(static_cast<int>(dtype_size(src.dtype())), local.raw_data(), from,
                             dst.raw_data(), to, n, stream);
@@ -46,9 +56,10 @@ void copy_box_elements(const Tensor& src, const std::vector<int64_t>& src_begin,
 void reduce_range_elements(Tensor& dst, const Tensor& src, ReduceOp op, int64_t begin,
                            int64_t end) {
   const size_t esize = dtype_size(dst.dtype());
+  const Tensor local = on_gpu_of(src, dst.device());
   cuda_launch::combine_into(static_cast<int>(op), code(dst.dtype()),
                             static_cast<char*>(dst.raw_data()) + begin * esize,
-                            static_cast<const char*>(src.raw_data()) + begin * esize, end - begin,
+                            static_cast<const char*>(local.raw_data()) + begin * esize, end - begin,
                             stream_of(dst, "reduce_into"));
 }
 
@@ -58,8 +69,12 @@ void reduce_tensors_into(Tensor& acc, const std::vector<Tensor>& inputs, ReduceO
     throw_error<UnimplementedError>(fn, "the GPU reduces at most {} tensors at once, got {}",
                                     cuda_launch::kMaxTreeInputs, inputs.size());
   }
+  std::vector<Tensor> local;
   std::vector<const void*> pointers;
-  for (const Tensor& t : inputs) pointers.push_back(t.raw_data());
+  for (const Tensor& t : inputs) {
+    local.push_back(on_gpu_of(t, acc.device()));
+    pointers.push_back(local.back().raw_data());
+  }
   cuda_launch::reduce_tree(static_cast<int>(op), code(acc.dtype()), acc.raw_data(), pointers.data(),
                            static_cast<int>(pointers.size()), acc.num_elements(),
                            stream_of(acc, fn));

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "kernels/cuda/checked_launch.cuh"
 #include "kernels/cuda/device_types.cuh"
 #include "kernels/cuda/launch.h"
 
@@ -367,8 +368,9 @@ void reduce(int kind, int dtype, const void* x, const StridedIndex& kept,
   const unsigned grid = static_cast<unsigned>(outputs < 65535 * 16 ? outputs : 65535 * 16);
   visit(dtype, [&](auto zero) {
     using T = decltype(zero);
-    reduce_kernel<T><<<grid, kThreads, 0, stream>>>(kind, static_cast<const T*>(x), kept, reduced,
-                                                    static_cast<T*>(out), per_output, outputs);
+    checked_launch("reduce_kernel", reduce_kernel<T>, grid, kThreads, stream, kind,
+                   static_cast<const T*>(x), kept, reduced, static_cast<T*>(out), per_output,
+                   outputs);
   });
 }
 
@@ -378,8 +380,8 @@ void arg_reduce(bool is_max, int dtype, const void* x, int64_t outer, int64_t n,
   visit(dtype, [&](auto zero) {
     using T = decltype(zero);
     if constexpr (!std::is_same_v<T, bool>) {
-      arg_kernel<T><<<blocks_for(outer * inner), kThreads, 0, stream>>>(
-          is_max, static_cast<const T*>(x), outer, n, inner, static_cast<int64_t*>(out));
+      checked_launch("arg_kernel", arg_kernel<T>, blocks_for(outer * inner), kThreads, stream,
+                     is_max, static_cast<const T*>(x), outer, n, inner, static_cast<int64_t*>(out));
     }
   });
 }
@@ -388,22 +390,24 @@ void softmax(int mode, int dtype, const void* x, int64_t outer, int64_t n, int64
              cudaStream_t stream) {
   if (outer * inner == 0) return;
   if (dtype == kF64) {
-    softmax_kernel<double><<<blocks_for(outer * inner), kThreads, 0, stream>>>(
-        mode, static_cast<const double*>(x), outer, n, inner, static_cast<double*>(out));
+    checked_launch("softmax_kernel", softmax_kernel<double>, blocks_for(outer * inner), kThreads,
+                   stream, mode, static_cast<const double*>(x), outer, n, inner,
+                   static_cast<double*>(out));
   } else {
-    softmax_kernel<float><<<blocks_for(outer * inner), kThreads, 0, stream>>>(
-        mode, static_cast<const float*>(x), outer, n, inner, static_cast<float*>(out));
+    checked_launch("softmax_kernel", softmax_kernel<float>, blocks_for(outer * inner), kThreads,
+                   stream, mode, static_cast<const float*>(x), outer, n, inner,
+                   static_cast<float*>(out));
   }
 }
 
 void softmax_shift(int dtype, const void* max, void* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   if (dtype == kF64) {
-    shift_kernel<double><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const double*>(max),
-                                                                 static_cast<double*>(out), n);
+    checked_launch("shift_kernel", shift_kernel<double>, blocks_for(n), kThreads, stream,
+                   static_cast<const double*>(max), static_cast<double*>(out), n);
   } else {
-    shift_kernel<float><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const float*>(max),
-                                                                static_cast<float*>(out), n);
+    checked_launch("shift_kernel", shift_kernel<float>, blocks_for(n), kThreads, stream,
+                   static_cast<const float*>(max), static_cast<float*>(out), n);
   }
 }
 
@@ -411,13 +415,13 @@ void sparse_xent(int dtype, const void* logits, int label_dtype, const void* lab
                  int64_t classes, void* loss, int64_t* bad_row, cudaStream_t stream) {
   if (rows == 0) return;
   if (dtype == kF64) {
-    xent_kernel<double><<<blocks_for(rows), kThreads, 0, stream>>>(
-        static_cast<const double*>(logits), label_dtype, labels, rows, classes,
-        static_cast<double*>(loss), bad_row);
+    checked_launch("xent_kernel", xent_kernel<double>, blocks_for(rows), kThreads, stream,
+                   static_cast<const double*>(logits), label_dtype, labels, rows, classes,
+                   static_cast<double*>(loss), bad_row);
   } else {
-    xent_kernel<float><<<blocks_for(rows), kThreads, 0, stream>>>(
-        static_cast<const float*>(logits), label_dtype, labels, rows, classes,
-        static_cast<float*>(loss), bad_row);
+    checked_launch("xent_kernel", xent_kernel<float>, blocks_for(rows), kThreads, stream,
+                   static_cast<const float*>(logits), label_dtype, labels, rows, classes,
+                   static_cast<float*>(loss), bad_row);
   }
 }
 
@@ -426,13 +430,13 @@ void sparse_xent_grad(int dtype, const void* logits, int label_dtype, const void
                       cudaStream_t stream) {
   if (rows == 0) return;
   if (dtype == kF64) {
-    xent_grad_kernel<double><<<blocks_for(rows), kThreads, 0, stream>>>(
-        static_cast<const double*>(logits), label_dtype, labels, static_cast<const double*>(grad),
-        rows, classes, static_cast<double*>(dlogits));
+    checked_launch("xent_grad_kernel", xent_grad_kernel<double>, blocks_for(rows), kThreads, stream,
+                   static_cast<const double*>(logits), label_dtype, labels,
+                   static_cast<const double*>(grad), rows, classes, static_cast<double*>(dlogits));
   } else {
-    xent_grad_kernel<float><<<blocks_for(rows), kThreads, 0, stream>>>(
-        static_cast<const float*>(logits), label_dtype, labels, static_cast<const float*>(grad),
-        rows, classes, static_cast<float*>(dlogits));
+    checked_launch("xent_grad_kernel", xent_grad_kernel<float>, blocks_for(rows), kThreads, stream,
+                   static_cast<const float*>(logits), label_dtype, labels,
+                   static_cast<const float*>(grad), rows, classes, static_cast<float*>(dlogits));
   }
 }
 
@@ -452,8 +456,8 @@ void one_hot(int index_dtype, const void* indices, int64_t n, int64_t depth, int
       on_v = static_cast<T>(on);
       off_v = static_cast<T>(off);
     }
-    one_hot_kernel<T><<<blocks_for(n * depth), kThreads, 0, stream>>>(
-        index_dtype, indices, n, depth, on_v, off_v, static_cast<T*>(out));
+    checked_launch("one_hot_kernel", one_hot_kernel<T>, blocks_for(n * depth), kThreads, stream,
+                   index_dtype, indices, n, depth, on_v, off_v, static_cast<T*>(out));
   });
 }
 
@@ -464,9 +468,10 @@ void layer_norm(int dtype, const void* x, const void* gamma, const void* beta, d
   visit_float(dtype, [&](auto zero) {
     using T = decltype(zero);
     if constexpr (!std::is_same_v<T, Bf16>) {
-      layer_norm_kernel<T><<<blocks_for(rows), kThreads, 0, stream>>>(
-          static_cast<const T*>(x), static_cast<const T*>(gamma), static_cast<const T*>(beta), eps,
-          rows, d, static_cast<T*>(y), static_cast<T*>(mean), static_cast<T*>(rstd));
+      checked_launch("layer_norm_kernel", layer_norm_kernel<T>, blocks_for(rows), kThreads, stream,
+                     static_cast<const T*>(x), static_cast<const T*>(gamma),
+                     static_cast<const T*>(beta), eps, rows, d, static_cast<T*>(y),
+                     static_cast<T*>(mean), static_cast<T*>(rstd));
     }
   });
 }
@@ -478,14 +483,16 @@ void layer_norm_grad(int dtype, const void* dy, const void* x, const void* gamma
     using T = decltype(zero);
     if constexpr (!std::is_same_v<T, Bf16>) {
       if (rows > 0) {
-        layer_norm_dx_kernel<T><<<blocks_for(rows), kThreads, 0, stream>>>(
-            static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(gamma),
-            static_cast<const T*>(mean), static_cast<const T*>(rstd), rows, d, static_cast<T*>(dx));
+        checked_launch("layer_norm_dx_kernel", layer_norm_dx_kernel<T>, blocks_for(rows), kThreads,
+                       stream, static_cast<const T*>(dy), static_cast<const T*>(x),
+                       static_cast<const T*>(gamma), static_cast<const T*>(mean),
+                       static_cast<const T*>(rstd), rows, d, static_cast<T*>(dx));
       }
       if (d > 0) {
-        layer_norm_dparams_kernel<T><<<blocks_for(d), kThreads, 0, stream>>>(
-            static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(mean),
-            static_cast<const T*>(rstd), rows, d, static_cast<T*>(dgamma), static_cast<T*>(dbeta));
+        checked_launch("layer_norm_dparams_kernel", layer_norm_dparams_kernel<T>, blocks_for(d),
+                       kThreads, stream, static_cast<const T*>(dy), static_cast<const T*>(x),
+                       static_cast<const T*>(mean), static_cast<const T*>(rstd), rows, d,
+                       static_cast<T*>(dgamma), static_cast<T*>(dbeta));
       }
     }
   });
@@ -498,9 +505,9 @@ void gather(int elem_size, const void* params, int64_t outer, int64_t axis_n, in
   if (n == 0) return;
   auto launch = [&](auto zero) {
     using E = decltype(zero);
-    gather_kernel<E><<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<const E*>(params), outer, axis_n, inner, index_dtype, indices, count,
-        static_cast<E*>(out), bad_index);
+    checked_launch("gather_kernel", gather_kernel<E>, blocks_for(n), kThreads, stream,
+                   static_cast<const E*>(params), outer, axis_n, inner, index_dtype, indices, count,
+                   static_cast<E*>(out), bad_index);
   };
   switch (elem_size) {
     case 1:
@@ -522,9 +529,9 @@ void scatter_add(int dtype, const void* updates, int64_t outer, int64_t axis_n, 
   visit(dtype, [&](auto zero) {
     using T = decltype(zero);
     if constexpr (!std::is_same_v<T, bool>) {
-      scatter_add_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-          static_cast<const T*>(updates), outer, axis_n, inner, index_dtype, indices, count,
-          static_cast<T*>(out), bad_index);
+      checked_launch("scatter_add_kernel", scatter_add_kernel<T>, blocks_for(n), kThreads, stream,
+                     static_cast<const T*>(updates), outer, axis_n, inner, index_dtype, indices,
+                     count, static_cast<T*>(out), bad_index);
     }
   });
 }
@@ -533,11 +540,13 @@ void bias_activation(int dtype, void* out, const void* bias, int64_t rows, int64
                      int activation, cudaStream_t stream) {
   if (rows * cols == 0) return;
   if (dtype == kF64) {
-    bias_act_kernel<double><<<blocks_for(rows * cols), kThreads, 0, stream>>>(
-        static_cast<double*>(out), static_cast<const double*>(bias), rows, cols, activation);
+    checked_launch("bias_act_kernel", bias_act_kernel<double>, blocks_for(rows * cols), kThreads,
+                   stream, static_cast<double*>(out), static_cast<const double*>(bias), rows, cols,
+                   activation);
   } else {
-    bias_act_kernel<float><<<blocks_for(rows * cols), kThreads, 0, stream>>>(
-        static_cast<float*>(out), static_cast<const float*>(bias), rows, cols, activation);
+    checked_launch("bias_act_kernel", bias_act_kernel<float>, blocks_for(rows * cols), kThreads,
+                   stream, static_cast<float*>(out), static_cast<const float*>(bias), rows, cols,
+                   activation);
   }
 }
 
@@ -547,13 +556,15 @@ void int_matmul(int dtype, const void* a, int64_t a_batch_stride, bool ta, const
   const int64_t total = batch * m * n;
   if (total == 0) return;
   if (dtype == kI32) {
-    int_matmul_kernel<int32_t><<<blocks_for(total), kThreads, 0, stream>>>(
-        static_cast<const int32_t*>(a), a_batch_stride, ta, static_cast<const int32_t*>(b),
-        b_batch_stride, tb, static_cast<int32_t*>(out), batch, m, n, k, accumulate);
+    checked_launch("int_matmul_kernel", int_matmul_kernel<int32_t>, blocks_for(total), kThreads,
+                   stream, static_cast<const int32_t*>(a), a_batch_stride, ta,
+                   static_cast<const int32_t*>(b), b_batch_stride, tb, static_cast<int32_t*>(out),
+                   batch, m, n, k, accumulate);
   } else {
-    int_matmul_kernel<int64_t><<<blocks_for(total), kThreads, 0, stream>>>(
-        static_cast<const int64_t*>(a), a_batch_stride, ta, static_cast<const int64_t*>(b),
-        b_batch_stride, tb, static_cast<int64_t*>(out), batch, m, n, k, accumulate);
+    checked_launch("int_matmul_kernel", int_matmul_kernel<int64_t>, blocks_for(total), kThreads,
+                   stream, static_cast<const int64_t*>(a), a_batch_stride, ta,
+                   static_cast<const int64_t*>(b), b_batch_stride, tb, static_cast<int64_t*>(out),
+                   batch, m, n, k, accumulate);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "kernels/cuda/checked_launch.cuh"
 #include "kernels/cuda/device_types.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/philox.h"
@@ -133,13 +134,13 @@ void sgd(int dtype, const void* var, const void* grad, void* var_out, int64_t n,
          cudaStream_t stream) {
   if (n == 0) return;
   if (dtype == kF64) {
-    sgd_kernel<double><<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<const double*>(var), static_cast<const double*>(grad),
-        static_cast<double*>(var_out), n, lr);
+    checked_launch("sgd_kernel", sgd_kernel<double>, blocks_for(n), kThreads, stream,
+                   static_cast<const double*>(var), static_cast<const double*>(grad),
+                   static_cast<double*>(var_out), n, lr);
   } else {
-    sgd_kernel<float><<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<const float*>(var), static_cast<const float*>(grad),
-        static_cast<float*>(var_out), n, static_cast<float>(lr));
+    checked_launch("sgd_kernel", sgd_kernel<float>, blocks_for(n), kThreads, stream,
+                   static_cast<const float*>(var), static_cast<const float*>(grad),
+                   static_cast<float*>(var_out), n, static_cast<float>(lr));
   }
 }
 
@@ -150,10 +151,10 @@ void sgd_momentum(int dtype, const void* var, const void* grad, const void* vel,
   visit_float(dtype, [&](auto zero) {
     using T = decltype(zero);
     if constexpr (!std::is_same_v<T, Bf16>) {
-      momentum_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-          static_cast<const T*>(var), static_cast<const T*>(grad), static_cast<const T*>(vel),
-          static_cast<T*>(var_out), static_cast<T*>(vel_out), n, static_cast<T>(lr),
-          static_cast<T>(momentum), nesterov);
+      checked_launch("momentum_kernel", momentum_kernel<T>, blocks_for(n), kThreads, stream,
+                     static_cast<const T*>(var), static_cast<const T*>(grad),
+                     static_cast<const T*>(vel), static_cast<T*>(var_out), static_cast<T*>(vel_out),
+                     n, static_cast<T>(lr), static_cast<T>(momentum), nesterov);
     }
   });
 }
@@ -165,11 +166,12 @@ void adam(int dtype, const void* var, const void* grad, const void* m, const voi
   visit_float(dtype, [&](auto zero) {
     using T = decltype(zero);
     if constexpr (!std::is_same_v<T, Bf16>) {
-      adam_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-          static_cast<const T*>(var), static_cast<const T*>(grad), static_cast<const T*>(m),
-          static_cast<const T*>(v), static_cast<T*>(var_out), static_cast<T*>(m_out),
-          static_cast<T*>(v_out), n, static_cast<T>(beta1), static_cast<T>(beta2),
-          static_cast<T>(lr_t), static_cast<T>(epsilon), static_cast<T>(decay));
+      checked_launch("adam_kernel", adam_kernel<T>, blocks_for(n), kThreads, stream,
+                     static_cast<const T*>(var), static_cast<const T*>(grad),
+                     static_cast<const T*>(m), static_cast<const T*>(v), static_cast<T*>(var_out),
+                     static_cast<T*>(m_out), static_cast<T*>(v_out), n, static_cast<T>(beta1),
+                     static_cast<T>(beta2), static_cast<T>(lr_t), static_cast<T>(epsilon),
+                     static_cast<T>(decay));
     }
   });
 }
@@ -180,8 +182,8 @@ void fill_random(int dtype, void* out, const StridedIndex& global_of_local, int6
   visit(dtype, [&](auto zero) {
     using T = decltype(zero);
     if constexpr (!std::is_same_v<T, bool>) {
-      random_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(out),
-                                                               global_of_local, n, params);
+      checked_launch("random_kernel", random_kernel<T>, blocks_for(n), kThreads, stream,
+                     static_cast<T*>(out), global_of_local, n, params);
     }
   });
 }
