@@ -25,13 +25,12 @@
 //   dtypes, InvalidArgumentError for bad axes, indices, labels and other values.
 // - Threading: every kernel is single-threaded and stateless, so different threads may run kernels
 //   on different tensors concurrently. The exception is matmul (and dense, matmul_accumulate):
-//   f32 and bf16 products run through oneDNN (kernels/cpu/matmul_onednn.h), split into up to
-//   MatmulOptions::blas_threads blocks on the runtime's thread pool (0: the last set_blas_threads
-//   value, else every core), with primitives cached per calling thread; f64 (and the shapes where
-//   OpenBLAS measured faster) run inside OpenBLAS and its thread pool, whose thread count is
-//   process-global (OpenBLAS 0.3.21), so set it with set_blas_threads (or blas_threads, all
-//   devices agreeing on the value) before running devices in parallel. DTENSOR_ONEDNN=0 in the
-//   environment keeps every product on OpenBLAS.
+//   f32 and bf16 products run through oneDNN (kernels/cpu/matmul_onednn.h), f64 (and the shapes
+//   where OpenBLAS measured faster) through OpenBLAS; both libraries run one thread per call, and
+//   a product is split into up to MatmulOptions::blas_threads blocks on the runtime's thread pool
+//   (0: the last set_blas_threads value, else every core; kernels/cpu/gemm_blocks.h), with oneDNN
+//   primitives cached per calling thread. DTENSOR_ONEDNN=0 in the environment keeps every product
+//   on OpenBLAS.
 #pragma once
 
 #include <cstdint>
@@ -55,9 +54,8 @@ inline Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   return checks::broadcast_shapes(a, b, op);
 }
 
-// Sets OpenBLAS's thread count (n >= 1) if it differs from the last value set through this
-// function. The setting is process-global: callers set it before running devices in parallel, and
-// concurrent matmuls must agree on it.
+// Sets the number of pool blocks (n >= 1) a product whose MatmulOptions::blas_threads is 0 is
+// split into; process-global. OpenBLAS itself always runs on one thread per call.
 inline void set_blas_threads(int n) { cpu::set_blas_threads(n); }
 
 // The kernels, each with its contract: one inline function per line of kernels/kernel_list.h.
