@@ -99,7 +99,9 @@ DTensor sparse_softmax_cross_entropy(const DTensor& logits, const DTensor& label
 // ---- Shape ops (ops/shape_ops.cc) ----
 
 // `shape` may hold one -1, inferred. Sharded dims stay sharded when every dim up to them is
-// unchanged (flattening the trailing dims of a batch-sharded tensor moves nothing).
+// unchanged (flattening the trailing dims of a batch-sharded tensor moves nothing), or when every
+// dim before them is and they are split or merged evenly (both sizes divisible by the shard
+// count: [B, T, D] with D sharded to [B, T, H, D/H] with H sharded, and back).
 DTensor reshape(const DTensor& x, const Shape& shape);
 // NumPy broadcasting of `x` to `shape`.
 DTensor broadcast_to(const DTensor& x, const Shape& shape);

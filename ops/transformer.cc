@@ -13,8 +13,11 @@
 // own sharded path (ops/softmax.cc): two [..., 1] all-reduces, the logits never gathered.
 #include <cmath>
 #include <initializer_list>
+#include <memory>
+#include <optional>
 
 #include "dtensor/creation.h"
+#include "dtensor/step_observer.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
 
@@ -33,10 +36,20 @@ void check_floating_inputs(const char* op, std::initializer_list<const DTensor*>
   }
 }
 
-// A host tensor (identical in every process) replicated on x's mesh, in x's dtype.
-DTensor replicated_constant(const Tensor& host, const DTensor& like) {
-  DTensor c = distribute(host, Layout::replicated(like.mesh(), host.rank()));
-  return host.dtype() == like.dtype() ? c : cast(c, like.dtype());
+// A host tensor (identical in every process) replicated on x's mesh, in x's dtype. Inside a
+// captured step it is a constant of the step: made once at trace time and handed to every replay.
+DTensor replicated_constant(const char* name, const Tensor& host, const DTensor& like) {
+  const Layout layout = Layout::replicated(like.mesh(), host.rank());
+  DTensor c = [&] {
+    StepObserver* hook = StepObserver::active();
+    if (hook == nullptr) return distribute(host, layout);
+    auto made = std::make_shared<std::optional<DTensor>>();
+    return hook->call(name, {}, [host, layout, made](const StepObserver::Inputs&) {
+      if (!made->has_value()) *made = distribute(host, layout);
+      return **made;
+    });
+  }();
+  return host.dtype() == like.dtype() || host.dtype() == DType::kBool ? c : cast(c, like.dtype());
 }
 
 }  // namespace
@@ -104,7 +117,8 @@ DTensor rotary_embedding(const DTensor& x, double base) {
       sin_host.data<double>()[p * half + i] = std::sin(angle);
     }
   }
-  DTensor c = replicated_constant(cos_host, x), s = replicated_constant(sin_host, x);
+  DTensor c = replicated_constant("rotary_embedding", cos_host, x);
+  DTensor s = replicated_constant("rotary_embedding", sin_host, x);
   std::vector<int64_t> begin(static_cast<size_t>(x.rank()), 0);
   Shape size(static_cast<size_t>(x.rank()), -1);
   size.back() = half;
@@ -141,7 +155,7 @@ DTensor scaled_dot_product_attention(const DTensor& q, const DTensor& k, const D
     for (int64_t i = 0; i < tq; ++i) {
       for (int64_t j = 0; j < tk; ++j) allowed.data<bool>()[i * tk + j] = j <= i;
     }
-    DTensor mask = distribute(allowed, Layout::replicated(q.mesh(), 2));
+    DTensor mask = replicated_constant("scaled_dot_product_attention", allowed, q);
     // Finite, so that a masked score's gradient is an exact zero rather than NaN.
     DTensor blocked = fill({}, Layout::replicated(q.mesh(), 0), -1e30, scores.dtype());
     scores = where(mask, scores, blocked);

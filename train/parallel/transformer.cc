@@ -149,9 +149,11 @@ DTensor TransformerLM::attention(const Block& b, const DTensor& x) {
   auto split_heads = [&](const DTensor& t) {
     return transpose(reshape(t, {batch, seq, heads, head_dim}), {0, 2, 1, 3});
   };
-  DTensor q = rotary_embedding(split_heads(colwise(b.wq, x)), config_.rope_base);
-  DTensor k = rotary_embedding(split_heads(colwise(b.wk, x)), config_.rope_base);
-  DTensor v = split_heads(colwise(b.wv, x));
+  // Gathered (sequence parallel over model) once for the three projections.
+  const DTensor in = traced_relayout(x, colwise_input_layout(plan_, mesh_));
+  DTensor q = rotary_embedding(split_heads(colwise(b.wq, in)), config_.rope_base);
+  DTensor k = rotary_embedding(split_heads(colwise(b.wk, in)), config_.rope_base);
+  DTensor v = split_heads(colwise(b.wv, in));
   DTensor a = scaled_dot_product_attention(q, k, v, /*causal=*/true);
   return rowwise(b.wo, reshape(transpose(a, {0, 2, 1, 3}), {batch, seq, config_.dim}));
 }
