@@ -39,7 +39,7 @@ struct Flags {
   bool fsdp = true;
   int64_t steps = 600, batch = 16, context = 64, layers = 2, dim = 128, heads = 4;
   int64_t eval_every = 100, eval_batches = 8;
-  double lr = 2e-3, dropout = 0.1, loss_bound = 2.0;
+  double lr = 2e-3, dropout = 0.1, loss_bound = 2.3;
   uint64_t seed = 7;
   std::string checkpoint, resume;
 };
