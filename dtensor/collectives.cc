@@ -7,6 +7,10 @@
 #include "runtime/thread_pool.h"
 
 namespace dtensor {
+// Tells the thread's CollectiveListener, if any, of a counted call (defined below).
+void notify_collective_listener(const Mesh& mesh, MeshDimMask dims, CollectiveKind kind,
+                                int64_t bytes);
+
 namespace {
 
 struct AtomicStats {
@@ -18,6 +22,8 @@ AtomicStats& stats() {
   static AtomicStats s;
   return s;
 }
+
+thread_local CollectiveListener* current_listener = nullptr;
 
 void check_shards(const Mesh& mesh, const std::vector<Tensor>& shards, const char* function) {
   if (static_cast<int64_t>(shards.size()) != mesh.num_local_devices()) {
@@ -54,6 +60,7 @@ std::vector<Tensor> over_groups(const Mesh& mesh, MeshDimMask dims,
   int64_t bytes = 0;
   for (const Tensor& t : shards) bytes += static_cast<int64_t>(t.nbytes());
   s.bytes.fetch_add(bytes, std::memory_order_relaxed);
+  notify_collective_listener(mesh, dims, kind, bytes);
 
   // The groups that hold at least one local device, each with its local members.
   std::vector<Group> groups;
@@ -124,6 +131,20 @@ std::string CollectiveStats::to_string() const {
   }
   return s + fmt::format("bytes={}", bytes);
 }
+
+void notify_collective_listener(const Mesh& mesh, MeshDimMask dims, CollectiveKind kind,
+                                int64_t bytes) {
+  if (current_listener == nullptr) return;
+  std::string names;
+  for (int64_t m = 0; m < mesh.rank(); ++m) {
+    if (((dims >> m) & 1u) == 0) continue;
+    names += (names.empty() ? "" : ",") + mesh.dims()[static_cast<size_t>(m)].name;
+  }
+  current_listener->records_.push_back({kind, std::move(names), bytes});
+}
+
+CollectiveListener::CollectiveListener() : outer_(current_listener) { current_listener = this; }
+CollectiveListener::~CollectiveListener() { current_listener = outer_; }
 
 CollectiveStats collective_stats() {
   CollectiveStats out;
@@ -274,6 +295,7 @@ PendingAllReduce all_reduce_start(const Mesh& mesh, MeshDimMask dims,
     for (const Tensor& t : shards) bytes += static_cast<int64_t>(t.nbytes());
   }
   s.bytes.fetch_add(bytes, std::memory_order_relaxed);
+  notify_collective_listener(mesh, dims, CollectiveKind::kAllReduce, bytes);
   // One start per group holding local devices, in group order (the same on every process).
   for (const auto& devices : mesh.groups(dims)) {
     Group g{devices, {}, mesh.process_index()};

@@ -49,6 +49,32 @@ struct CollectiveStats {
 CollectiveStats collective_stats();
 void reset_collective_stats();
 
+// One counted call, as a CollectiveListener hears it: its kind, the mesh dims its groups span
+// (names joined by ',', in mesh order) and the bytes of its local input shards.
+struct CollectiveRecord {
+  CollectiveKind kind;
+  std::string dims;
+  int64_t bytes = 0;
+};
+
+// While alive, hears every collective the constructing thread makes that CollectiveStats counts
+// (the innermost listener of the thread hears them), e.g. around one training step to see its
+// collective budget (train/capture/collective_summary.h). Lives and dies on one thread.
+class CollectiveListener {
+ public:
+  CollectiveListener();
+  ~CollectiveListener();
+  CollectiveListener(const CollectiveListener&) = delete;
+  CollectiveListener& operator=(const CollectiveListener&) = delete;
+
+  const std::vector<CollectiveRecord>& records() const { return records_; }
+
+ private:
+  friend void notify_collective_listener(const Mesh&, MeshDimMask, CollectiveKind, int64_t);
+  std::vector<CollectiveRecord> records_;
+  CollectiveListener* outer_;
+};
+
 std::vector<Tensor> all_reduce(const Mesh& mesh, MeshDimMask dims,
                                const std::vector<Tensor>& shards, ReduceOp op);
 std::vector<Tensor> all_gather(const Mesh& mesh, MeshDimMask dims,

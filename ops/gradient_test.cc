@@ -286,6 +286,35 @@ const std::vector<OpCase>& op_cases() {
                                               uniform({5}, rng, -1, 1)};
                  },
                  [](const std::vector<DTensor>& v) { return layer_norm(v[0], v[1], v[2], 1e-3); }});
+    // Transformer ops: the random layouts shard the vocab, heads, sequence and model dims.
+    c.push_back({"embedding", "embedding", true,
+                 [](Rng& rng) {
+                   return std::vector<Tensor>{uniform({6, 3}, rng, -1, 1),
+                                              integers({2, 5}, rng, 6)};
+                 },
+                 [](const std::vector<DTensor>& v) { return embedding(v[0], v[1]); }});
+    c.push_back({"rms_norm", "rms_norm", true, two_inputs({6, 5}, {5}, 0.2, 2),
+                 [](const std::vector<DTensor>& v) { return rms_norm(v[0], v[1], 1e-3); }});
+    c.push_back({"rotary_embedding", "rotary_embedding", true, one_input({2, 5, 4}, 0.1, 2),
+                 [](const std::vector<DTensor>& v) { return rotary_embedding(v[0], 100.0); }});
+    c.push_back({"scaled_dot_product_attention", "scaled_dot_product_attention causal", true,
+                 [](Rng& rng) {
+                   return std::vector<Tensor>{uniform({2, 3, 5, 4}, rng, -1, 1),
+                                              uniform({2, 3, 5, 4}, rng, -1, 1),
+                                              uniform({2, 3, 5, 2}, rng, -1, 1)};
+                 },
+                 [](const std::vector<DTensor>& v) {
+                   return scaled_dot_product_attention(v[0], v[1], v[2]);
+                 }});
+    c.push_back({"scaled_dot_product_attention", "scaled_dot_product_attention full", true,
+                 [](Rng& rng) {
+                   return std::vector<Tensor>{uniform({3, 2, 4}, rng, -1, 1),
+                                              uniform({3, 5, 4}, rng, -1, 1),
+                                              uniform({3, 5, 3}, rng, -1, 1)};
+                 },
+                 [](const std::vector<DTensor>& v) {
+                   return scaled_dot_product_attention(v[0], v[1], v[2], false);
+                 }});
     // CNN ops: uneven batch, spatial and channel dims, each padding kind, strides, dilations,
     // groups.
     {

@@ -99,7 +99,9 @@ DTensor sparse_softmax_cross_entropy(const DTensor& logits, const DTensor& label
 // ---- Shape ops (ops/shape_ops.cc) ----
 
 // `shape` may hold one -1, inferred. Sharded dims stay sharded when every dim up to them is
-// unchanged (flattening the trailing dims of a batch-sharded tensor moves nothing).
+// unchanged (flattening the trailing dims of a batch-sharded tensor moves nothing), or when every
+// dim before them is and they are split or merged evenly (both sizes divisible by the shard
+// count: [B, T, D] with D sharded to [B, T, H, D/H] with H sharded, and back).
 DTensor reshape(const DTensor& x, const Shape& shape);
 // NumPy broadcasting of `x` to `shape`.
 DTensor broadcast_to(const DTensor& x, const Shape& shape);
@@ -126,6 +128,25 @@ DTensor one_hot(const DTensor& indices, int64_t depth, DType dtype = DType::kF32
 
 // Normalises over the last dim (kept unsharded) and applies gamma and beta of shape [D].
 DTensor layer_norm(const DTensor& x, const DTensor& gamma, const DTensor& beta, double eps = 1e-5);
+
+// ---- Transformer (ops/transformer.cc) ----
+//
+// Compositions of the ops above (their VJPs are those ops'), shaped so that sharded dims stay
+// sharded: a vocab-sharded table, heads sharded over a mesh dim, a sharded model dim.
+
+// Rows of table [V, D] at integer ids [...] -> [..., D]. A table sharded on V gives a partial sum
+// over V's mesh dim (each device reads only its rows: the masked gather), reduced by its consumer.
+DTensor embedding(const DTensor& table, const DTensor& ids);
+// x * rsqrt(mean(x^2 over the last dim) + eps) * gamma, gamma of shape [D].
+DTensor rms_norm(const DTensor& x, const DTensor& gamma, double eps = 1e-6);
+// Rotary position embedding of x [..., T, D] (D even; positions 0..T-1 along dim -2): the halves
+// (x1, x2) of the last dim rotate by angle p * base^(-i / (D/2)) into (x1 cos - x2 sin,
+// x1 sin + x2 cos).
+DTensor rotary_embedding(const DTensor& x, double base = 10000.0);
+// softmax(q kᵀ / sqrt(D) (+ causal mask)) v for q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv];
+// the leading dims (batch, heads) keep their sharding. causal: query i sees keys j <= i.
+DTensor scaled_dot_product_attention(const DTensor& q, const DTensor& k, const DTensor& v,
+                                     bool causal = true);
 
 // ---- Conv (ops/conv.cc) ----
 //

@@ -18,6 +18,39 @@ using namespace op_internal;  // NOLINT: the shared machinery of every family fi
 
 namespace {
 
+// The output specs of reshaping x to `target` as views of x's shards. The two shapes split into
+// groups of consecutive dims with equal products ([B, T, D] to [B*T, H, D/H]: {B, T}, {D}).
+// A sharded dim keeps its sharding, on its group's first output dim, when it is its group's
+// first dim and either the group maps one dim to one of the same size, or both first sizes are
+// divisible by the shard count: then every shard is the same block of the group's elements
+// (heads split out of a sharded feature dim, a batch-sharded dim merged with the next). Other
+// sharded dims are gathered.
+std::vector<std::string> reshaped_specs(const DTensor& x, const Shape& target) {
+  std::vector<std::string> out(target.size(), Layout::kUnsharded);
+  const Shape& from = x.shape();
+  if (x.num_elements() == 0) {  // no groups to speak of: only an unchanged shape keeps its specs
+    if (from == target) return x.layout().sharding_specs();
+    return out;
+  }
+  size_t i = 0, j = 0;
+  while (i < from.size() && j < target.size()) {
+    const size_t i0 = i, j0 = j;
+    int64_t px = from[i++], pt = target[j++];
+    while (px != pt) {
+      if (px < pt)
+        px *= from[i++];
+      else
+        pt *= target[j++];
+    }
+    if (!x.layout().is_sharded(static_cast<int64_t>(i0))) continue;
+    const std::string& spec = x.layout().spec(static_cast<int64_t>(i0));
+    const int64_t k = x.mesh().dim_size(spec);
+    const bool same = i - i0 == 1 && j - j0 == 1;
+    if (same || (from[i0] % k == 0 && target[j0] % k == 0)) out[j0] = spec;
+  }
+  return out;
+}
+
 // No kernel: each shard is a view of the relayouted input's shard.
 DTensor reshape_forward(const DTensor& x, const Shape& shape) {
   Shape target = shape;
@@ -35,17 +68,13 @@ DTensor reshape_forward(const DTensor& x, const Shape& shape) {
     throw_error<ShapeError>("reshape", "cannot reshape {} to {}", x.short_string(),
                             shape_to_string(shape));
   }
-  // A sharded dim keeps its sharding when every dim up to it is unchanged; others are gathered.
   Layout in_layout = x.layout();
-  std::vector<std::string> out_specs(target.size(), Layout::kUnsharded);
+  std::vector<std::string> out_specs = reshaped_specs(x, target);
   for (int64_t d = 0; d < x.rank(); ++d) {
-    if (!in_layout.is_sharded(d)) continue;
-    bool prefix_same = d < static_cast<int64_t>(target.size());
-    for (int64_t e = 0; prefix_same && e <= d; ++e) prefix_same = x.shape()[e] == target[e];
-    if (prefix_same)
-      out_specs[d] = in_layout.spec(d);
-    else
+    if (in_layout.is_sharded(d) &&
+        std::find(out_specs.begin(), out_specs.end(), in_layout.spec(d)) == out_specs.end()) {
       in_layout = in_layout.with_spec(d, Layout::kUnsharded);
+    }
   }
   DTensor in = relayout(x, in_layout);
   Layout out_layout(out_specs, x.mesh(), in_layout.partial());

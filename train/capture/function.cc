@@ -60,10 +60,15 @@ std::vector<DTensor> Function::trace(const std::vector<DTensor>& arguments) {
   State& s = *state_;
   const std::vector<DTensor> traced = fresh_handles(arguments);  // capture/recorder.h
   capture::Recorder recorder(traced);
-  recorder.start();
-  std::vector<DTensor> outputs = s.step(traced);  // a throw uninstalls and caches nothing
-  recorder.stop();
   Entry entry;
+  std::vector<DTensor> outputs;
+  {
+    CollectiveListener listener;
+    recorder.start();
+    outputs = s.step(traced);  // a throw uninstalls and caches nothing
+    recorder.stop();
+    entry.collectives = listener.records();
+  }
   for (const DTensor& a : arguments) entry.signature.push_back(capture::ValueMeta::of(a));
   entry.program = recorder.take_program(outputs);
   ++s.traces;
@@ -96,6 +101,14 @@ size_t Function::fused_calls(const std::vector<DTensor>& arguments) const {
     if (matches(e, arguments)) return e.program->num_fused_calls();
   }
   return 0;
+}
+
+CollectiveSummary Function::collective_summary(const std::vector<DTensor>& arguments) const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  for (const Entry& e : state_->cache) {
+    if (matches(e, arguments)) return CollectiveSummary::of(e.collectives);
+  }
+  return {};
 }
 
 Function function(Step step, FunctionOptions options) { return Function(std::move(step), options); }

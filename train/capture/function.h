@@ -51,6 +51,7 @@
 #include <string>
 #include <vector>
 
+#include "train/capture/collective_summary.h"
 #include "train/capture/program.h"
 
 namespace dtensor {
@@ -82,11 +83,14 @@ class Function {
   std::string program_string(const std::vector<DTensor>& arguments) const;
   // How many of that program's calls replay inside fused elementwise segments (0 if none).
   size_t fused_calls(const std::vector<DTensor>& arguments) const;
+  // The collectives that program runs on every replay, as its trace ran them (empty if none).
+  CollectiveSummary collective_summary(const std::vector<DTensor>& arguments) const;
 
  private:
   struct Entry {
     std::vector<capture::ValueMeta> signature;
     std::unique_ptr<capture::Program> program;
+    std::vector<CollectiveRecord> collectives;  // heard while tracing
   };
   struct State {
     Step step;

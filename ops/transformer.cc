@@ -1,0 +1,166 @@
+// The transformer family: embedding, rms_norm, rotary_embedding and
+// scaled_dot_product_attention. Each is a composition of the public ops (ops/ops.h), so it shards
+// the way those ops do and its VJP is theirs, recorded op by op on the tape; what this file adds
+// is the validation (errors name the transformer op, its shapes and layouts) and the choice of
+// composition that keeps a sharded dim sharded:
+//   - embedding over a vocab-sharded table contracts a one-hot of the ids with the table, so
+//     each device reads only the rows of its vocab shard (the masked gather) and the result is a
+//     partial sum over the vocab's mesh dim (reduced, or reduce-scattered, by its consumer);
+//   - attention keeps every batch dim (heads included) sharded as given: heads over `model`
+//     cost no communication;
+//   - rms_norm over a sharded last dim gives a partial mean-square, reduced once.
+// The sequence-sharded cross-entropy of vocab-sharded logits is sparse_softmax_cross_entropy's
+// own sharded path (ops/softmax.cc): two [..., 1] all-reduces, the logits never gathered.
+#include <cmath>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+
+#include "dtensor/creation.h"
+#include "dtensor/step_observer.h"
+#include "ops/op_internal.h"
+#include "ops/ops.h"
+
+namespace dtensor {
+
+using namespace op_internal;  // NOLINT: the shared machinery of every family file
+
+namespace {
+
+// DTypeError naming `op` for the first input that is not floating (the floor of every op here).
+void check_floating_inputs(const char* op, std::initializer_list<const DTensor*> inputs) {
+  for (const DTensor* x : inputs) {
+    if (is_floating(x->dtype())) continue;
+    throw_error<DTypeError>(op, "unsupported dtype {}: {}", dtype_name(x->dtype()),
+                            x->short_string());
+  }
+}
+
+// A host tensor (identical in every process) replicated on x's mesh, in x's dtype. Inside a
+// captured step it is a constant of the step: made once at trace time and handed to every replay.
+DTensor replicated_constant(const char* name, const Tensor& host, const DTensor& like) {
+  const Layout layout = Layout::replicated(like.mesh(), host.rank());
+  DTensor c = [&] {
+    StepObserver* hook = StepObserver::active();
+    if (hook == nullptr) return distribute(host, layout);
+    auto made = std::make_shared<std::optional<DTensor>>();
+    return hook->call(name, {}, [host, layout, made](const StepObserver::Inputs&) {
+      if (!made->has_value()) *made = distribute(host, layout);
+      return **made;
+    });
+  }();
+  return host.dtype() == like.dtype() || host.dtype() == DType::kBool ? c : cast(c, like.dtype());
+}
+
+}  // namespace
+
+// ---- embedding -------------------------------------------------------------------------------
+
+DTensor embedding(const DTensor& table, const DTensor& ids) {
+  check_same_mesh("embedding", {&table, &ids});
+  if (ids.dtype() != DType::kI32 && ids.dtype() != DType::kI64) {
+    throw_error<DTypeError>("embedding", "ids {} must be i32 or i64", ids.short_string());
+  }
+  check_floating_inputs("embedding", {&table});
+  if (table.rank() != 2) {
+    throw_error<ShapeError>("embedding", "table {} must be [vocab, dim] (ids {})",
+                            table.short_string(), ids.short_string());
+  }
+  if (!table.layout().is_sharded(0)) return gather(table, ids, 0);
+  // one_hot(ids) [..., V] x table [V, D]: the contraction over the sharded V is each device's
+  // masked gather of its rows, and leaves a partial sum over V's mesh dim.
+  // A rank-1 ids keeps matmul's rank >= 2 through a [1, ...] view; higher ranks broadcast the
+  // table over their leading dims, so their sharding (the batch over data) stays in place.
+  const bool scalar = ids.rank() == 0;
+  DTensor onehot = one_hot(scalar ? reshape(ids, {1}) : ids, table.shape()[0], table.dtype());
+  if (onehot.rank() >= 3) return matmul(onehot, table);
+  Shape out = ids.shape();
+  out.push_back(table.shape()[1]);
+  return reshape(matmul(onehot, table), out);
+}
+
+// ---- rms_norm --------------------------------------------------------------------------------
+
+DTensor rms_norm(const DTensor& x, const DTensor& gamma, double eps) {
+  check_same_mesh("rms_norm", {&x, &gamma});
+  check_floating_inputs("rms_norm", {&x});
+  if (x.rank() < 1 || gamma.shape() != Shape{x.shape().back()} || gamma.dtype() != x.dtype()) {
+    throw_error<ShapeError>("rms_norm", "gamma {} must be [D] of x's dtype for x {}",
+                            gamma.short_string(), x.short_string());
+  }
+  if (!(eps >= 0)) throw_error<InvalidArgumentError>("rms_norm", "eps must be >= 0, got {}", eps);
+  DTensor mean_square = reduce_mean(square(x), {-1}, true);
+  DTensor rstd = rsqrt(add(mean_square, fill_like(mean_square, eps)));
+  return mul(mul(x, rstd), gamma);
+}
+
+// ---- rotary_embedding ------------------------------------------------------------------------
+
+DTensor rotary_embedding(const DTensor& x, double base) {
+  check_floating_inputs("rotary_embedding", {&x});
+  if (x.rank() < 2 || x.shape().back() % 2 != 0 || x.shape().back() == 0) {
+    throw_error<ShapeError>("rotary_embedding", "x {} must be [..., T, D] with an even D > 0",
+                            x.short_string());
+  }
+  if (!(base > 1.0)) {
+    throw_error<InvalidArgumentError>("rotary_embedding", "base {} must be > 1 for x {}", base,
+                                      x.short_string());
+  }
+  const int64_t t = x.shape()[x.rank() - 2], half = x.shape().back() / 2;
+  Tensor cos_host = Tensor::empty({t, half}, DType::kF64);
+  Tensor sin_host = Tensor::empty({t, half}, DType::kF64);
+  for (int64_t p = 0; p < t; ++p) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(p) *
+                           std::pow(base, -static_cast<double>(i) / static_cast<double>(half));
+      cos_host.data<double>()[p * half + i] = std::cos(angle);
+      sin_host.data<double>()[p * half + i] = std::sin(angle);
+    }
+  }
+  DTensor c = replicated_constant("rotary_embedding", cos_host, x);
+  DTensor s = replicated_constant("rotary_embedding", sin_host, x);
+  std::vector<int64_t> begin(static_cast<size_t>(x.rank()), 0);
+  Shape size(static_cast<size_t>(x.rank()), -1);
+  size.back() = half;
+  DTensor x1 = slice(x, begin, size);
+  begin.back() = half;
+  DTensor x2 = slice(x, begin, size);
+  return concat({sub(mul(x1, c), mul(x2, s)), add(mul(x1, s), mul(x2, c))}, -1);
+}
+
+// ---- scaled_dot_product_attention ------------------------------------------------------------
+
+DTensor scaled_dot_product_attention(const DTensor& q, const DTensor& k, const DTensor& v,
+                                     bool causal) {
+  check_same_mesh("scaled_dot_product_attention", {&q, &k, &v});
+  check_floating_inputs("scaled_dot_product_attention", {&q, &k, &v});
+  const int64_t r = q.rank();
+  auto batch = [](const DTensor& x) { return Shape(x.shape().begin(), x.shape().end() - 2); };
+  const bool ranks_ok = r >= 2 && k.rank() == r && v.rank() == r;
+  if (!ranks_ok || batch(k) != batch(q) || batch(v) != batch(q) ||
+      k.shape()[r - 1] != q.shape()[r - 1] || v.shape()[r - 2] != k.shape()[r - 2] ||
+      (causal && q.shape()[r - 2] != k.shape()[r - 2]) || k.dtype() != q.dtype() ||
+      v.dtype() != q.dtype()) {
+    throw_error<ShapeError>(
+        "scaled_dot_product_attention",
+        "q {}, k {} and v {} must be [..., Tq, D], [..., Tk, D] and [..., Tk, Dv] of one dtype "
+        "(Tq == Tk when causal)",
+        q.short_string(), k.short_string(), v.short_string());
+  }
+  const int64_t tq = q.shape()[r - 2], tk = k.shape()[r - 2];
+  DTensor scores =
+      scale(matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(q.shape()[r - 1])));
+  if (causal) {
+    Tensor allowed = Tensor::empty({tq, tk}, DType::kBool);
+    for (int64_t i = 0; i < tq; ++i) {
+      for (int64_t j = 0; j < tk; ++j) allowed.data<bool>()[i * tk + j] = j <= i;
+    }
+    DTensor mask = replicated_constant("scaled_dot_product_attention", allowed, q);
+    // Finite, so that a masked score's gradient is an exact zero rather than NaN.
+    DTensor blocked = fill({}, Layout::replicated(q.mesh(), 0), -1e30, scores.dtype());
+    scores = where(mask, scores, blocked);
+  }
+  return matmul(softmax(scores, -1), v);
+}
+
+}  // namespace dtensor

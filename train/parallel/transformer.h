@@ -1,0 +1,106 @@
+// TransformerLM: a decoder-only language model (token embedding, pre-norm blocks of causal
+// multi-head attention with rotary positions and a GELU MLP, RMSNorm, a linear head) as a Keras
+// model (train/keras/model.h), whose parallelism is one call:
+//
+//   parallel::TransformerLM model(config, mesh);              // everything replicated
+//   model.parallelize({.data = "data", .model = "model", .seq = "seq", .fsdp = true});
+//   keras::Trainer trainer(model, adam, parallel::lm_loss());
+//
+// Under a plan (train/parallel/plan.h) the attention's q/k/v and the MLP's first matmul are
+// colwise, the attention output and the MLP's second matmul rowwise, the embedding table and the
+// head vocab-sharded over `model` (the loss is then computed on vocab-sharded logits), the
+// norms, dropout and residual adds run on the residual layout (sequence-sharded over `seq`), and
+// with fsdp every weight is stored sharded over `data` and gathered where a layer uses it.
+//
+// Values do not depend on the plan or the mesh: weights come from counter-based randomness by
+// (seed, name), dropout masks by (seed, step, element). Variables are named
+// "embedding", "block<i>/{norm1,wq,wk,wv,wo,norm2,w1,w2}", "norm", "head".
+//
+// Not thread-safe (one trainer calls it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ops/seed_generator.h"
+#include "train/keras/metrics.h"
+#include "train/keras/model.h"
+#include "train/parallel/plan.h"
+
+namespace dtensor::parallel {
+
+struct TransformerConfig {
+  int64_t vocab = 96;
+  int64_t dim = 256;
+  int64_t heads = 8;
+  int64_t layers = 4;
+  int64_t hidden = 0;  // the MLP's hidden width; 0: 4 * dim
+  double dropout = 0.1;
+  double rope_base = 10000.0;
+  double eps = 1e-6;
+  uint64_t seed = 0;
+
+  // "layers=4 dim=256 heads=8 hidden=1024 vocab=96 dropout=0.1".
+  std::string to_string() const;
+};
+
+// A weight whose placement follows the plan: stored in stored_layout, used in compute_layout.
+class Weight {
+ public:
+  Weight(DTensor initial, std::string name, Split split);
+  // Re-stores the variable in the plan's layout (before an optimizer has slots for it).
+  void place(const ParallelPlan& plan, const Mesh& mesh);
+  // The value in its compute layout: with fsdp an all-gather over data, whose VJP
+  // reduce-scatters the gradient.
+  DTensor use() const;
+  const DVariable& variable() const { return var_; }
+
+ private:
+  DVariable var_;
+  Split split_;
+  Layout compute_;
+};
+
+class TransformerLM : public keras::Model {
+ public:
+  // InvalidArgumentError naming "TransformerLM" for sizes < 1, dim not divisible by heads, an odd
+  // head size, or a dropout rate outside [0, 1).
+  TransformerLM(const TransformerConfig& config, const Mesh& mesh);
+
+  // Places every weight by `plan` (plan.validate's errors); call before training.
+  void parallelize(const ParallelPlan& plan);
+  const ParallelPlan& plan() const { return plan_; }
+  const TransformerConfig& config() const { return config_; }
+  const Mesh& mesh() const { return mesh_; }
+
+  std::vector<DVariable> variables() const override;
+  // Logits [batch, seq, vocab] (vocab over model) of integer tokens [batch, seq].
+  DTensor call(const DTensor& tokens, bool training) override;
+  // The dropout seed stream (checkpoint its state() to resume with the same masks).
+  const SeedGenerator& seeds() const { return seeds_; }
+
+ private:
+  struct Block {
+    Weight norm1, wq, wk, wv, wo, norm2, w1, w2;
+  };
+  DTensor attention(const Block& b, const DTensor& x);
+  DTensor mlp(const Block& b, const DTensor& x);
+  DTensor colwise(const Weight& w, const DTensor& x) const;
+  DTensor rowwise(const Weight& w, const DTensor& x) const;
+  DTensor residual_dropout(const DTensor& x, bool training);
+
+  TransformerConfig config_;
+  Mesh mesh_;
+  ParallelPlan plan_;
+  Weight embedding_;
+  std::vector<Block> blocks_;
+  Weight norm_, head_;
+  SeedGenerator seeds_;
+};
+
+// The per-example loss of a language model for keras::Trainer: the mean over the sequence of
+// sparse_softmax_cross_entropy(logits, labels), shape [batch].
+keras::Loss lm_loss();
+
+}  // namespace dtensor::parallel
