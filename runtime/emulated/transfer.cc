@@ -7,10 +7,10 @@
 
 namespace dtensor::emulated {
 
-void copy_to_device(void* dst, const void* host_src, size_t nbytes, const Device& device) {
+void copy_to_device(void* dst, const void* src, size_t nbytes, const Device& device) {
   activate(device, "to_device");
-  OpenWindow window({dst});
-  std::memcpy(dst, host_src, nbytes);
+  OpenWindow window({dst, src});  // `src` is host memory, or another emulated GPU's (a peer copy)
+  std::memcpy(dst, src, nbytes);
 }
 
 void copy_to_host(void* host_dst, const void* src, size_t nbytes, const Device& device) {
@@ -21,18 +21,11 @@ void copy_to_host(void* host_dst, const void* src, size_t nbytes, const Device& 
 
 Tensor to_device(const Tensor& tensor, const Device& device) {
   require_gpu(device, "to_device");
-  if (tensor.device().type == DeviceType::kGPU) {
-    if (physical_gpu_of(tensor.device()) == physical_gpu_of(device)) {
-      return tensor.with_device(device);
-    }
-    // A peer copy: both GPUs' streams see it.
-    activate(tensor.device(), "to_device");
-    Tensor out = Tensor::empty(tensor.shape(), tensor.dtype(), device);
-    activate(device, "to_device");
-    OpenWindow window({out.raw_data(), tensor.raw_data()});
-    std::memcpy(out.raw_data(), tensor.raw_data(), tensor.nbytes());
-    return out;
+  const bool from_gpu = tensor.device().type == DeviceType::kGPU;
+  if (from_gpu && physical_gpu_of(tensor.device()) == physical_gpu_of(device)) {
+    return tensor.with_device(device);
   }
+  if (from_gpu) activate(tensor.device(), "to_device");  // a peer copy: both streams see it
   Tensor out = Tensor::empty(tensor.shape(), tensor.dtype(), device);
   copy_to_device(out.raw_data(), tensor.raw_data(), tensor.nbytes(), device);
   return out;
