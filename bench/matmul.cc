@@ -1,19 +1,24 @@
-// Matmul throughput through the runtime on 1 and 8 virtual devices, next to OpenBLAS called
-// directly in the same run. 8 devices: rows of x sharded, w replicated (data parallel).
-//
-// Then, per shape of the seed MLP step (and 2048^3), oneDNN's f32 gemm against OpenBLAS's, both
-// called directly, alternating in the same run: the figures behind the CPU matmul's choice of
-// backend (kernels/cpu/matmul.cc, onednn_wins).
+// Matmul throughput. Per shape of the seed MLP step (and 2048^3), oneDNN's f32 gemm against
+// OpenBLAS's, both called directly, alternating in the same run: the figures behind the CPU
+// matmul's choice of backend (kernels/cpu/matmul.cc, onednn_wins). Then n^3 for n = 256..2048
+// through the runtime (1 and 8 virtual devices in f32, rows of x sharded and w replicated; 1
+// device in bf16) next to OpenBLAS and oneDNN called directly on all cores, interleaved rounds,
+// with the runtime's ratio to the best direct call of its dtype.
 #include <cblas.h>
 
 #include <algorithm>
+#include <chrono>
+#include <functional>
 #include <optional>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "bench/report.h"
 #include "cli/flags.h"
 #include "dtensor/creation.h"
 #include "kernels/cpu/matmul_onednn.h"
+#include "kernels/kernels.h"
 #include "ops/ops.h"
 
 namespace {
@@ -119,6 +124,119 @@ void stacked_matmul(int rounds) {
   }
 }
 
+double median_of(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+// n^3 products through the runtime (1 and 8 devices, f32; 1 device, bf16) next to OpenBLAS and
+// oneDNN called directly on all cores, in interleaved rounds; each path's median of round
+// medians in GFLOP/s, and the runtime's ratio to the best direct call of its dtype. OpenBLAS's
+// idle threads spin for a while after a multi-threaded call (kernels/cpu/gemm_blocks.h), so each
+// round waits for them to sleep before the other paths run.
+void runtime_vs_direct(int rounds) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int64_t n : {256, 512, 1024, 2048}) {
+    const double flops = 2.0 * static_cast<double>(n * n * n);
+    const int reps = n >= 2048 ? 3 : n >= 1024 ? 7 : 21;
+    Tensor a = Tensor::zeros({n, n}, DType::kF32), b = Tensor::zeros({n, n}, DType::kF32);
+    Tensor c = Tensor::zeros({n, n}, DType::kF32);
+    std::fill(a.data<float>(), a.data<float>() + n * n, 0.5f);
+    std::fill(b.data<float>(), b.data<float>() + n * n, 0.25f);
+    const Tensor a16 = kernels::cast(a, DType::kBF16), b16 = kernels::cast(b, DType::kBF16);
+    const kernels::cpu::onednn::GemmShape f32{n, n, n, false, false, DType::kF32};
+    const kernels::cpu::onednn::GemmShape bf16{n, n, n, false, false, DType::kBF16};
+    const Mesh one = Mesh::create({{"batch", 1}}, DeviceType::kCPU);
+    const Mesh eight = Mesh::create({{"batch", 8}}, DeviceType::kCPU);
+    auto operands = [&](const Mesh& mesh, DType dtype) {
+      return std::pair<DTensor, DTensor>(
+          random_uniform({n, n}, Layout::batch_sharded(mesh, "batch", 2), 1, -1, 1, dtype),
+          random_uniform({n, n}, Layout::replicated(mesh, 2), 2, -1, 1, dtype));
+    };
+    const auto one_f32 = operands(one, DType::kF32), eight_f32 = operands(eight, DType::kF32);
+    const auto one_bf16 = operands(one, DType::kBF16);
+    struct Path {
+      const char* name;
+      const char* dtype;
+      int64_t devices;
+      std::function<void()> run;
+      std::vector<double> seconds;
+    };
+    std::vector<Path> paths = {
+        {"openblas_direct",
+         "f32",
+         1,
+         [&] {
+           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n),
+                       static_cast<int>(n), static_cast<int>(n), 1.0f, a.data<float>(),
+                       static_cast<int>(n), b.data<float>(), static_cast<int>(n), 0.0f,
+                       c.data<float>(), static_cast<int>(n));
+         },
+         {}},
+        {"onednn_direct",
+         "f32",
+         1,
+         [&] {
+           kernels::cpu::onednn::gemm(f32, {}, a.raw_data(), b.raw_data(), c.data<float>(), cores);
+         },
+         {}},
+        {"runtime",
+         "f32",
+         1,
+         [&] { bench::do_not_optimize(matmul(one_f32.first, one_f32.second)); },
+         {}},
+        {"runtime",
+         "f32",
+         8,
+         [&] { bench::do_not_optimize(matmul(eight_f32.first, eight_f32.second)); },
+         {}},
+        {"onednn_direct",
+         "bf16",
+         1,
+         [&] {
+           kernels::cpu::onednn::gemm(bf16, {}, a16.raw_data(), b16.raw_data(), c.data<float>(),
+                                      cores);
+         },
+         {}},
+        {"runtime",
+         "bf16",
+         1,
+         [&] { bench::do_not_optimize(matmul(one_bf16.first, one_bf16.second)); },
+         {}},
+    };
+    for (int r = 0; r < rounds; ++r) {
+      for (Path& p : paths) {
+        if (std::string(p.name) == "openblas_direct") openblas_set_num_threads(cores);
+        p.seconds.push_back(bench::median_seconds(p.run, reps));
+        if (std::string(p.name) == "openblas_direct") {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        }
+      }
+    }
+    double best_f32 = 0, best_bf16 = 0;
+    for (const Path& p : paths) {
+      const double rate = flops / median_of(p.seconds) / 1e9;
+      if (std::string(p.name) != "runtime") {
+        double& best = std::string(p.dtype) == "f32" ? best_f32 : best_bf16;
+        best = std::max(best, rate);
+      }
+    }
+    for (const Path& p : paths) {
+      const double rate = flops / median_of(p.seconds) / 1e9;
+      std::vector<bench::Field> fields = {{"path", std::string(p.name)},
+                                          {"dtype", std::string(p.dtype)},
+                                          {"n", n},
+                                          {"devices", p.devices},
+                                          {"threads", int64_t{cores}}};
+      if (std::string(p.name) == "runtime") {
+        const double best = std::string(p.dtype) == "f32" ? best_f32 : best_bf16;
+        fields.push_back({"vs_best_direct", rate / best});
+      }
+      bench::report("matmul", fields, rate, "GFLOP/s");
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -150,32 +268,6 @@ int main(int argc, char** argv) {
   }
   compare_backends({"large", 2048, 2048, 2048, false, false}, cores, static_cast<int>(rounds));
   if (backends_only) return 0;
-  for (int64_t n : {256, 512, 1024, 2048}) {
-    const double flops = 2.0 * n * n * n;
-    const int reps = n >= 2048 ? 5 : 11;
-    auto field = [&](const char* path, int64_t devices) {
-      return std::vector<bench::Field>{{"path", std::string(path)}, {"n", n}, {"devices", devices}};
-    };
-    Tensor a = Tensor::zeros({n, n}, DType::kF32), b = Tensor::zeros({n, n}, DType::kF32);
-    Tensor c = Tensor::zeros({n, n}, DType::kF32);
-    const int cores = openblas_get_num_procs();
-    openblas_set_num_threads(cores);
-    double t = bench::median_seconds(
-        [&] {
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n),
-                      static_cast<int>(n), static_cast<int>(n), 1.0f, a.data<float>(),
-                      static_cast<int>(n), b.data<float>(), static_cast<int>(n), 0.0f,
-                      c.data<float>(), static_cast<int>(n));
-        },
-        reps);
-    bench::report("matmul", field("openblas_direct", 1), flops / t / 1e9, "GFLOP/s");
-
-    for (int64_t devices : {1, 8}) {
-      Mesh mesh = Mesh::create({{"batch", devices}}, DeviceType::kCPU);
-      DTensor x = random_uniform({n, n}, Layout::batch_sharded(mesh, "batch", 2), 1);
-      DTensor w = random_uniform({n, n}, Layout::replicated(mesh, 2), 2);
-      t = bench::median_seconds([&] { bench::do_not_optimize(matmul(x, w)); }, reps);
-      bench::report("matmul", field("runtime", devices), flops / t / 1e9, "GFLOP/s");
-    }
-  }
+  runtime_vs_direct(static_cast<int>(rounds));
+  return 0;
 }

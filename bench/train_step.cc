@@ -5,7 +5,9 @@
 // arithmetic. Then the peak memory of one step of each setup ("train_step_memory": the peak
 // resident set over the resting one, the buffer pool emptied first). The setups take turns, a few
 // steps each per round with the last one timed (its weights warm in cache, as in a training loop),
-// so that a machine whose speed drifts moves all of them alike and their ratios hold.
+// so that a machine whose speed drifts moves all of them alike and their ratios hold. batch=1 and
+// batch=8 also run under the mixed_bfloat16 policy (ops/precision.h: bf16 products, f32 weights,
+// gradients and Adam), "precision" in each line; --precision picks one policy.
 #include <algorithm>
 #include <chrono>
 #include <functional>
@@ -23,6 +25,7 @@
 #include "examples/mnist/model.h"
 #include "ops/autograd.h"
 #include "ops/ops.h"
+#include "ops/precision.h"
 #include "runtime/buffer_pool.h"
 #include "train/capture/function.h"
 #include "train/optim/optimizers.h"
@@ -33,8 +36,9 @@ using namespace dtensor;
 
 // One data-parallel or tensor-parallel training setup of the seed MLP.
 struct RuntimeStep {
-  explicit RuntimeStep(const std::string& spec)
-      : mesh(Mesh::create(parse_mesh_dims(spec), DeviceType::kCPU)),
+  RuntimeStep(const std::string& spec, const Policy& policy)
+      : policy(policy),
+        mesh(Mesh::create(parse_mesh_dims(spec), DeviceType::kCPU)),
         model(mesh, {784, 700, 500, 10}, 22),
         vars(model.variables()),
         optimizer(1e-3),
@@ -44,7 +48,9 @@ struct RuntimeStep {
           return std::vector<DTensor>{loss_and_update(args[0], args[1])};
         })) {}
 
+  // Eager steps and the trace of the captured one run under the setup's policy.
   DTensor loss_and_update(const DTensor& images, const DTensor& y) {
+    PolicyScope scope(policy);
     GradientTape tape;
     for (const DVariable& v : vars) tape.watch(v);
     DTensor loss = reduce_mean(sparse_softmax_cross_entropy(model(images), y));
@@ -52,6 +58,7 @@ struct RuntimeStep {
     return loss;
   }
 
+  Policy policy;
   Mesh mesh;
   examples::Mlp model;
   std::vector<DVariable> vars;
@@ -97,21 +104,35 @@ int main(int argc, char** argv) {
         }
         return "unknown setup '" + s + "' (known: batch=1, batch=8, batch=2,model=4, plain)";
       });
+  std::string precision;
+  flags.add_string("--precision", &precision,
+                   "time only this policy: float32 or mixed_bfloat16 (default: both)",
+                   [](const std::string& p) -> std::string {
+                     return p == "float32" || p == "mixed_bfloat16"
+                                ? ""
+                                : "unknown precision '" + p + "' (float32 or mixed_bfloat16)";
+                   });
   if (std::optional<int> code = flags.parse(argc, argv)) return *code;
-  // (mesh, mode, step)
+  // (mesh, mode, precision, step)
   struct Setup {
-    std::string mesh, mode;
+    std::string mesh, mode, precision;
     std::function<void()> step;
   };
   std::vector<Setup> steps;
-  for (const char* spec : {"batch=1", "batch=8", "batch=2,model=4"}) {
-    if (!only.empty() && only != spec) continue;
-    auto eager = std::make_shared<RuntimeStep>(spec);
-    steps.push_back({spec, "eager", [eager] { eager->loss_and_update(eager->x, eager->labels); }});
-    auto captured = std::make_shared<RuntimeStep>(spec);
-    steps.push_back({spec, "captured", [captured] {
-                       bench::do_not_optimize(captured->captured({captured->x, captured->labels}));
-                     }});
+  for (const Policy& policy : {Policy::float32(), Policy::mixed_bfloat16()}) {
+    if (!precision.empty() && precision != policy.name()) continue;
+    for (const char* spec : {"batch=1", "batch=8", "batch=2,model=4"}) {
+      if (!only.empty() && only != spec) continue;
+      if (policy != Policy::float32() && std::string(spec) == "batch=2,model=4") continue;
+      auto eager = std::make_shared<RuntimeStep>(spec, policy);
+      steps.push_back({spec, "eager", policy.name(),
+                       [eager] { eager->loss_and_update(eager->x, eager->labels); }});
+      auto captured = std::make_shared<RuntimeStep>(spec, policy);
+      steps.push_back(
+          {spec, "captured", policy.name(), [captured] {
+             bench::do_not_optimize(captured->captured({captured->x, captured->labels}));
+           }});
+    }
   }
   std::mt19937 rng(1);
   std::vector<float> images(128 * 784);
@@ -119,8 +140,9 @@ int main(int argc, char** argv) {
   for (float& v : images) v = std::uniform_real_distribution<float>(0, 1)(rng);
   for (int32_t& v : labels) v = static_cast<int32_t>(rng() % 10);
   auto plain = std::make_shared<bench::PlainMlp>(std::vector<int>{784, 700, 500, 10}, 128);
-  if (only.empty() || only == "plain") {
-    steps.push_back({"plain", "plain", [=] { plain->step(images.data(), labels.data()); }});
+  if ((only.empty() || only == "plain") && (precision.empty() || precision == "float32")) {
+    steps.push_back(
+        {"plain", "plain", "float32", [=] { plain->step(images.data(), labels.data()); }});
   }
   constexpr int kWarmup = 2, kRounds = 40, kStepsPerTurn = 3;
   std::vector<std::vector<double>> times(steps.size());
@@ -137,12 +159,18 @@ int main(int argc, char** argv) {
     std::vector<double>& t = times[s];
     std::nth_element(t.begin(), t.begin() + kRounds / 2, t.end());
     bench::report("train_step",
-                  {{"mesh", steps[s].mesh}, {"mode", steps[s].mode}, {"batch", int64_t{128}}},
+                  {{"mesh", steps[s].mesh},
+                   {"mode", steps[s].mode},
+                   {"precision", steps[s].precision},
+                   {"batch", int64_t{128}}},
                   t[kRounds / 2] * 1e3, "ms/step");
   }
   for (const Setup& setup : steps) {
     bench::report("train_step_memory",
-                  {{"mesh", setup.mesh}, {"mode", setup.mode}, {"batch", int64_t{128}}},
+                  {{"mesh", setup.mesh},
+                   {"mode", setup.mode},
+                   {"precision", setup.precision},
+                   {"batch", int64_t{128}}},
                   step_peak_bytes(setup.step) / 1e6, "MB peak over resting");
   }
 }

@@ -7,6 +7,7 @@
 #include <functional>
 #include <vector>
 
+#include "dtensor/host_copy.h"
 #include "runtime/device.h"
 
 namespace dtensor {
@@ -122,7 +123,9 @@ std::string type_and_shape(DType dtype, const Shape& shape) {
 }  // namespace
 
 std::string format_values(const Tensor& tensor, const PrintOptions& options, int indent) {
-  return ValuesPrinter(tensor, options, indent).print();
+  // Device memory is read from a host copy (printing is not a hot path).
+  const Tensor host = host_readable(tensor);
+  return ValuesPrinter(host, options, indent).print();
 }
 
 std::string print_string(const Tensor& tensor, const PrintOptions& options) {

@@ -5,6 +5,7 @@
 
 #include "dtensor/relayout.h"
 #include "dtensor/step_observer.h"
+#include "kernels/kernels.h"
 
 namespace dtensor {
 
@@ -34,8 +35,9 @@ void add_scaled(T* out, const T* a, const T* b, int64_t n, int sign) {
   }
 }
 
-// a + sign * b shard by shard. Pairs of shards that share storage (replicated devices) are
-// computed once and the result shared again (a few shards: a linear scan).
+// a + sign * b shard by shard: a loop over host memory, the add or sub kernel on a device. Pairs
+// of shards that share storage (replicated devices) are computed once and the result shared
+// again (a few shards: a linear scan).
 std::vector<Tensor> add_shards(const DTensor& a, const DTensor& b, int sign) {
   std::vector<Tensor> out;
   for (size_t i = 0; i < a.shards().size(); ++i) {
@@ -45,6 +47,11 @@ std::vector<Tensor> add_shards(const DTensor& a, const DTensor& b, int sign) {
     while (j < i && !(a.shards()[j].is_same_as(x) && b.shards()[j].is_same_as(y))) ++j;
     if (j < i) {
       out.push_back(out[j].with_device(x.device()));
+      continue;
+    }
+    if (x.memory_space() != MemorySpace::kHost) {
+      using kernels::BinaryOp;
+      out.push_back(kernels::binary(sign > 0 ? BinaryOp::kAdd : BinaryOp::kSub, x, y));
       continue;
     }
     Tensor r = Tensor::empty(x.shape(), x.dtype(), x.device());

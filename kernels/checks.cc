@@ -1,6 +1,7 @@
 #include "kernels/checks.h"
 
 #include <algorithm>
+#include <string>
 
 #include "runtime/error.h"
 
@@ -87,11 +88,222 @@ void cross_entropy_grad(const char* op, const Tensor& logits, const Tensor& labe
   }
 }
 
+void dense_bias(const Tensor& x, const Tensor* bias, const Shape& out) {
+  if (bias != nullptr && bias->dtype() != x.dtype()) {
+    throw_error<DTypeError>("dense", "bias {} does not match output {}{}", describe(*bias),
+                            dtype_name(x.dtype()), shape_to_string(out));
+  }
+  if (bias != nullptr && bias->shape() != Shape{out.back()}) {
+    throw_error<ShapeError>("dense", "bias {} does not match output {}{}", describe(*bias),
+                            dtype_name(x.dtype()), shape_to_string(out));
+  }
+}
+
 void one_hot(const Tensor& indices, int64_t depth) {
   check_index_dtype("one_hot", indices, "indices");
   if (depth < 0) {
     throw_error<InvalidArgumentError>("one_hot", "depth must be >= 0, got {}", depth);
   }
+}
+
+void transpose(const Tensor& x, const std::vector<int64_t>& perm) {
+  const int64_t rank = x.rank();
+  std::vector<bool> seen(static_cast<size_t>(rank), false);
+  bool valid = static_cast<int64_t>(perm.size()) == rank;
+  for (size_t i = 0; valid && i < perm.size(); ++i) {
+    valid = perm[i] >= 0 && perm[i] < rank && !seen[static_cast<size_t>(perm[i])];
+    if (valid) seen[static_cast<size_t>(perm[i])] = true;
+  }
+  if (!valid) {
+    throw_error<InvalidArgumentError>("transpose",
+                                      "perm [{}] is not a permutation of the axes of {}",
+                                      fmt::join(perm, ","), describe(x));
+  }
+}
+
+void concat(const std::vector<Tensor>& xs, int64_t axis) {
+  if (xs.empty()) throw_error<InvalidArgumentError>("concat", "needs at least one tensor");
+  const Tensor& first = xs.front();
+  if (first.rank() == 0) {
+    throw_error<ShapeError>("concat", "cannot concatenate scalars: {}", describe(first));
+  }
+  const int64_t ax = normalize_axis("concat", axis, first);
+  for (const Tensor& x : xs) {
+    if (x.dtype() != first.dtype()) {
+      throw_error<DTypeError>("concat", "dtypes differ: {} vs {}", describe(first), describe(x));
+    }
+    bool same = x.rank() == first.rank();
+    for (int64_t d = 0; same && d < x.rank(); ++d) same = d == ax || x.dim(d) == first.dim(d);
+    if (!same) {
+      throw_error<ShapeError>("concat", "shapes differ outside axis {}: {} vs {}", ax,
+                              describe(first), describe(x));
+    }
+  }
+}
+
+void slice(const Tensor& x, const std::vector<int64_t>& begin, const Shape& size) {
+  const int64_t rank = x.rank();
+  if (static_cast<int64_t>(begin.size()) != rank || static_cast<int64_t>(size.size()) != rank) {
+    throw_error<InvalidArgumentError>("slice", "begin [{}] and size {} do not match the rank of {}",
+                                      fmt::join(begin, ","), shape_to_string(size), describe(x));
+  }
+  for (int64_t d = 0; d < rank; ++d) {
+    const size_t i = static_cast<size_t>(d);
+    const bool begin_ok = begin[i] >= 0 && begin[i] <= x.dim(d);
+    const int64_t extent = size[i] == -1 && begin_ok ? x.dim(d) - begin[i] : size[i];
+    if (!begin_ok || extent < 0 || begin[i] + extent > x.dim(d)) {
+      throw_error<InvalidArgumentError>("slice", "box at [{}] of size {} does not fit {}",
+                                        fmt::join(begin, ","), shape_to_string(size), describe(x));
+    }
+  }
+}
+
+void pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& paddings) {
+  auto paddings_string = [&] {
+    std::string s;
+    for (const auto& [lo, hi] : paddings)
+      s += fmt::format("{}({},{})", s.empty() ? "" : ",", lo, hi);
+    return "[" + s + "]";
+  };
+  if (static_cast<int64_t>(paddings.size()) != x.rank()) {
+    throw_error<InvalidArgumentError>("pad", "paddings {} do not match the rank of {}",
+                                      paddings_string(), describe(x));
+  }
+  for (const auto& [before, after] : paddings) {
+    if (before < 0 || after < 0) {
+      throw_error<InvalidArgumentError>("pad", "paddings {} must be non-negative for {}",
+                                        paddings_string(), describe(x));
+    }
+  }
+}
+
+void gather(const Tensor& params, const Tensor& indices, int64_t axis) {
+  if (params.rank() < 1) {
+    throw_error<ShapeError>("gather", "params must have rank >= 1, got {}", describe(params));
+  }
+  check_index_dtype("gather", indices, "indices");
+  normalize_axis("gather", axis, params);
+}
+
+void scatter_add(const Shape& shape, const Tensor& indices, const Tensor& updates, int64_t axis) {
+  const char* op = "scatter_add";
+  validate_shape(shape, op);
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  if (rank < 1) throw_error<ShapeError>(op, "output shape must have rank >= 1, got []");
+  if (axis < -rank || axis >= rank) {
+    throw_error<InvalidArgumentError>(op, "axis {} is out of range for {}", axis,
+                                      shape_to_string(shape));
+  }
+  const int64_t ax = axis < 0 ? axis + rank : axis;
+  check_index_dtype(op, indices, "indices");
+  if (updates.dtype() == DType::kBool) throw_unsupported(op, updates);
+  const Shape expected = gathered_shape(shape, indices.shape(), ax);
+  if (updates.shape() != expected) {
+    throw_error<ShapeError>(op,
+                            "updates {} should have shape {} for indices {} into {} along axis {}",
+                            describe(updates), shape_to_string(expected), describe(indices),
+                            shape_to_string(shape), ax);
+  }
+}
+
+namespace {
+
+void check_conv_params(const char* op, const Conv2dParams& p) {
+  if (p.stride_h < 1 || p.stride_w < 1 || p.dilation_h < 1 || p.dilation_w < 1 || p.groups < 1 ||
+      p.pad_top < 0 || p.pad_bottom < 0 || p.pad_left < 0 || p.pad_right < 0) {
+    throw_error<InvalidArgumentError>(
+        op,
+        "strides {}x{}, dilations {}x{} and groups {} must be >= 1 and paddings {},{},{},{} >= 0",
+        p.stride_h, p.stride_w, p.dilation_h, p.dilation_w, p.groups, p.pad_top, p.pad_bottom,
+        p.pad_left, p.pad_right);
+  }
+}
+
+void check_float_pair(const char* op, const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype()) {
+    throw_error<DTypeError>(op, "dtypes differ: {} and {}", describe(a), describe(b));
+  }
+  if (!is_floating(a.dtype())) throw_unsupported(op, a);
+}
+
+void check_dy(const char* op, const Tensor& dy, const ConvGeometry& g) {
+  if (dy.shape() != Shape{g.n, g.oh, g.ow, g.o}) {
+    throw_error<ShapeError>(op, "dy {} must be [{},{},{},{}]", describe(dy), g.n, g.oh, g.ow, g.o);
+  }
+}
+
+}  // namespace
+
+ConvGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, const Conv2dParams& p) {
+  check_conv_params(op, p);
+  if (x.size() != 4 || w.size() != 4) {
+    throw_error<ShapeError>(op, "x {} must be [n,h,w,c] and w {} [kh,kw,c/groups,o]",
+                            shape_to_string(x), shape_to_string(w));
+  }
+  ConvGeometry g;
+  g.n = x[0], g.h = x[1], g.w = x[2], g.c = x[3];
+  g.kh = w[0], g.kw = w[1], g.cpg = w[2], g.o = w[3];
+  g.groups = p.groups;
+  if (g.cpg * g.groups != g.c || g.o % g.groups != 0) {
+    throw_error<ShapeError>(op, "x {} has {} channels, w {} takes {} in each of {} groups",
+                            shape_to_string(x), g.c, shape_to_string(w), g.cpg, g.groups);
+  }
+  g.oh = conv_output_size(g.h, p.pad_top, p.pad_bottom, g.kh, p.dilation_h, p.stride_h);
+  g.ow = conv_output_size(g.w, p.pad_left, p.pad_right, g.kw, p.dilation_w, p.stride_w);
+  if (g.oh == kOutputSizeOverflow || g.ow == kOutputSizeOverflow) {
+    throw_error<InvalidArgumentError>(
+        op,
+        "x {} padded by {},{},{},{} or the {}x{} window dilated {}x{} is larger than int64 holds",
+        shape_to_string(x), p.pad_top, p.pad_bottom, p.pad_left, p.pad_right, g.kh, g.kw,
+        p.dilation_h, p.dilation_w);
+  }
+  if (g.oh < 1 || g.ow < 1 || g.kh < 1 || g.kw < 1) {
+    throw_error<ShapeError>(
+        op, "the {}x{} window (dilation {}x{}) does not fit x {} padded by {},{},{},{}", g.kh, g.kw,
+        p.dilation_h, p.dilation_w, shape_to_string(x), p.pad_top, p.pad_bottom, p.pad_left,
+        p.pad_right);
+  }
+  return g;
+}
+
+void conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  check_float_pair("conv2d", x, w);
+  conv_geometry("conv2d", x.shape(), w.shape(), p);
+}
+
+void conv2d_backprop_input(const Shape& x_shape, const Tensor& w, const Tensor& dy,
+                           const Conv2dParams& p) {
+  const char* op = "conv2d_backprop_input";
+  check_float_pair(op, w, dy);
+  check_dy(op, dy, conv_geometry(op, x_shape, w.shape(), p));
+}
+
+void conv2d_backprop_filter(const Tensor& x, const Shape& w_shape, const Tensor& dy,
+                            const Conv2dParams& p) {
+  const char* op = "conv2d_backprop_filter";
+  check_float_pair(op, x, dy);
+  check_dy(op, dy, conv_geometry(op, x.shape(), w_shape, p));
+}
+
+Shape transposed_shape(const Shape& x, const std::vector<int64_t>& perm) {
+  Shape out(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) out[i] = x[static_cast<size_t>(perm[i])];
+  return out;
+}
+
+Shape slice_extent(const Shape& x, const std::vector<int64_t>& begin, const Shape& size) {
+  Shape extent = size;
+  for (size_t d = 0; d < extent.size(); ++d) {
+    if (extent[d] == -1) extent[d] = x[d] - begin[d];
+  }
+  return extent;
+}
+
+Shape gathered_shape(const Shape& shape, const Shape& indices, int64_t axis) {
+  Shape out(shape.begin(), shape.begin() + axis);
+  out.insert(out.end(), indices.begin(), indices.end());
+  out.insert(out.end(), shape.begin() + axis + 1, shape.end());
+  return out;
 }
 
 }  // namespace dtensor::kernels::checks

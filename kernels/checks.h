@@ -5,7 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
+#include "kernels/conv_params.h"
 #include "kernels/kernel_types.h"
 #include "runtime/tensor.h"
 
@@ -37,7 +40,50 @@ void cross_entropy(const char* op, const Tensor& logits, const Tensor& labels);
 void cross_entropy_grad(const char* op, const Tensor& logits, const Tensor& labels,
                         const Tensor& grad);
 
+// dense's bias, given the product's shape `out` (the backends compute it): null, or of x's dtype
+// (DTypeError) and shape [out.back()] (ShapeError).
+void dense_bias(const Tensor& x, const Tensor* bias, const Shape& out);
+
 // one_hot's: i32/i64 indices (DTypeError) and depth >= 0 (InvalidArgumentError).
 void one_hot(const Tensor& indices, int64_t depth);
+
+// ---- Data movement: the shapes of each call (index values are data: the backends check them) ----
+
+// perm is a permutation of x's axes (InvalidArgumentError).
+void transpose(const Tensor& x, const std::vector<int64_t>& perm);
+// At least one tensor, not scalars, an axis in range, one dtype, dims equal outside the axis.
+void concat(const std::vector<Tensor>& xs, int64_t axis);
+// begin and size of x's rank, and the box (a size of -1: to the end) inside x.
+void slice(const Tensor& x, const std::vector<int64_t>& begin, const Shape& size);
+// One non-negative (before, after) pair per dim of x.
+void pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& paddings);
+// params of rank >= 1, i32/i64 indices, an axis in range.
+void gather(const Tensor& params, const Tensor& indices, int64_t axis);
+// A valid shape of rank >= 1, an axis in range, i32/i64 indices, numeric updates of
+// gathered_shape(shape, indices, axis).
+void scatter_add(const Shape& shape, const Tensor& indices, const Tensor& updates, int64_t axis);
+
+// ---- CNN ops: the one place the kernels check convolution geometry ----
+
+// x [n,h,w,c] * w [kh,kw,c/groups,o] -> y [n,oh,ow,o] under p: strides, dilations and groups >= 1,
+// paddings >= 0 (InvalidArgumentError), rank-4 shapes whose channels split into the groups
+// (ShapeError), no int64 overflow (InvalidArgumentError) and a window that fits the padded input
+// (ShapeError). Returns the extents; backends call it again for them.
+ConvGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, const Conv2dParams& p);
+// The same, and x and w of one float dtype (DTypeError).
+void conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& p);
+// The same with dy of the output's shape (ShapeError), for the two gradients.
+void conv2d_backprop_input(const Shape& x_shape, const Tensor& w, const Tensor& dy,
+                           const Conv2dParams& p);
+void conv2d_backprop_filter(const Tensor& x, const Shape& w_shape, const Tensor& dy,
+                            const Conv2dParams& p);
+
+// Shape arithmetic the backends share once the checks passed:
+// x's axes in the order of perm.
+Shape transposed_shape(const Shape& x, const std::vector<int64_t>& perm);
+// The extent of slice's box, a size of -1 resolved to the end of its dim.
+Shape slice_extent(const Shape& x, const std::vector<int64_t>& begin, const Shape& size);
+// shape[:axis] + indices + shape[axis+1:] (axis in [0, rank)).
+Shape gathered_shape(const Shape& shape, const Shape& indices, int64_t axis);
 
 }  // namespace dtensor::kernels::checks

@@ -22,6 +22,15 @@ struct Conv2dParams {
   int threads = 0;
 };
 
+// Every extent of one convolution x [n,h,w,c] * w [kh,kw,cpg,o] -> y [n,oh,ow,o], cpg = c / groups:
+// what checks::conv_geometry (kernels/checks.h) returns once it has checked them.
+struct ConvGeometry {
+  int64_t n = 0, h = 0, w = 0, c = 0;  // x
+  int64_t kh = 0, kw = 0, cpg = 0;     // w: [kh, kw, cpg, o], cpg = c / groups
+  int64_t o = 0, oh = 0, ow = 0;       // y: [n, oh, ow, o]
+  int64_t groups = 1;
+};
+
 struct Pool2dParams {
   int64_t window_h = 1, window_w = 1;
   int64_t stride_h = 1, stride_w = 1;

@@ -91,6 +91,25 @@ TEST_CASE(
                        Message("[one_hot] depth must be >= 0, got -1"));
   CHECK_THROWS_MATCHES(sparse_softmax_cross_entropy(logits, labels), UnimplementedError,
                        Message("[sparse_softmax_cross_entropy] has no GPU kernel in this build"));
+  // The shape ops' checks (kernels/checks.h), which the CPU and CUDA halves no longer repeat.
+  Tensor x = on_gpu(Tensor::zeros({2, 3}, DType::kF32));
+  CHECK_THROWS_MATCHES(
+      transpose(x, {0, 0}), InvalidArgumentError,
+      Message("[transpose] perm [0,0] is not a permutation of the axes of f32[2,3]"));
+  CHECK_THROWS_MATCHES(concat({x, on_gpu(Tensor::zeros({2, 3}, DType::kF64))}, 1), DTypeError,
+                       Message("[concat] dtypes differ: f32[2,3] vs f64[2,3]"));
+  CHECK_THROWS_MATCHES(slice(x, {1, 0}, {2, -1}), InvalidArgumentError,
+                       Message("[slice] box at [1,0] of size [2,-1] does not fit f32[2,3]"));
+  CHECK_THROWS_MATCHES(pad(x, {{0, 0}, {1, -1}}), InvalidArgumentError,
+                       Message("[pad] paddings [(0,0),(1,-1)] must be non-negative for f32[2,3]"));
+  CHECK_THROWS_MATCHES(gather(x, on_gpu(Tensor::zeros({2}, DType::kF32)), 0), DTypeError,
+                       Message("[gather] indices must be i32 or i64, got f32[2]"));
+  CHECK_THROWS_MATCHES(
+      scatter_add({2, 3}, labels, on_gpu(Tensor::zeros({3, 3}, DType::kF32)), 0), ShapeError,
+      Message("[scatter_add] updates f32[3,3] should have shape [2,3] for indices i32[2] into "
+              "[2,3] along axis 0"));
+  CHECK_THROWS_MATCHES(slice(x, {0, 1}, {2, -1}), UnimplementedError,
+                       Message("[slice] has no GPU kernel in this build"));
 }
 
 TEST_CASE("the runtime's element loops dispatch the same way") {

@@ -17,17 +17,9 @@ struct AdamStepParams {
   double beta1, beta2, lr_t, epsilon, decay;
 };
 
-// var_out = var - lr * grad. f32 or f64, equal shapes (checked by the optimizer).
-void sgd_update(const Tensor& var, const Tensor& grad, Tensor& var_out, double lr);
-// Keras momentum: velocity_out = momentum * velocity - lr * grad; var_out = var + velocity_out
-// (Nesterov: var + momentum * velocity_out - lr * grad).
-void sgd_momentum_update(const Tensor& var, const Tensor& grad, const Tensor& velocity,
-                         Tensor& var_out, Tensor& velocity_out, double lr, double momentum,
-                         bool nesterov);
-// m_out = b1 m + (1 - b1) g; v_out = b2 v + (1 - b2) g^2;
-// var_out = var * decay - lr_t * m_out / (sqrt(v_out) + epsilon). Large tensors are split over
-// the thread pool (not from inside a worker).
-void adam_update(const Tensor& var, const Tensor& grad, const Tensor& m, const Tensor& v,
-                 Tensor& var_out, Tensor& m_out, Tensor& v_out, const AdamStepParams& params);
+// sgd_update, sgd_momentum_update and adam_update: declared, with their contracts, by the kernel
+// list (kernels/kernel_list.h, DTENSOR_OPTIMIZER_KERNEL).
+#define DTENSOR_OPTIMIZER_KERNEL(ret, name, params, args, op, devices, check) ret name params;
+#include "kernels/kernel_list.h"
 
 }  // namespace dtensor::kernels

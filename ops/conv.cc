@@ -17,6 +17,7 @@
 #include "ops/halo_window.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
+#include "ops/precision.h"
 
 namespace dtensor {
 
@@ -457,6 +458,7 @@ DTensor conv2d_backprop_filter_forward(const DTensor& x, const Shape& filter_sha
 }  // namespace
 
 DTensor conv2d(const DTensor& x, const DTensor& w, const Conv2dOptions& options) {
+  if (precision_internal::runs_mixed(x, w)) return precision_internal::mixed_conv2d(x, w, options);
   // x's halo windows when H or W is sharded: the filter gradient reuses them (no second
   // exchange in the backward pass).
   std::shared_ptr<const SavedWindows> windows;

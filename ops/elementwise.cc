@@ -210,7 +210,16 @@ namespace {
 
 DTensor cast_forward(const DTensor& x, DType dtype) {
   if (dtype == x.dtype()) return x;  // the same value: recorded as nothing (ops/autograd.h)
-  OpSignature sig{"cast", {}, {{iota_letters(x.rank()), false}}, iota_letters(x.rank())};
+  // A widening float cast is exact, so a partial sum may pass through it and be summed in the
+  // wider dtype (the policy's f32 gradient reduction, ops/precision.h). The attribute keeps the
+  // two kinds apart in the sharding cache.
+  const bool widening = is_floating(x.dtype()) && is_floating(dtype) &&
+                        dtype_size(dtype) > dtype_size(x.dtype());
+  OpSignature sig{"cast",
+                  widening ? "widen" : "",
+                  {{iota_letters(x.rank()), false}},
+                  iota_letters(x.rank()),
+                  widening ? Linearity::kAdditive : Linearity::kNone};
   return expand(sig, {&x}, x.shape(), dtype, static_cast<double>(x.num_elements()),
                 [dtype](const Shards& s) { return kernels::cast(s[0], dtype); });
 }

@@ -1,7 +1,6 @@
 #include "ops/expand.h"
 
 #include <algorithm>
-#include <cstring>
 #include <optional>
 #include <type_traits>
 
@@ -93,6 +92,9 @@ bool run_row_stacked(const std::vector<const DTensor*>& inputs, size_t s,
     }
   }
   if (stacked_input.rank() != 2) return false;
+  // Stacking puts every computation's rows on one device and shares results between replicas:
+  // GPU meshes (a memory per device) keep the plain path.
+  if (stacked_input.mesh().device_type() != DeviceType::kCPU) return false;
   // The logical shard of each computation's rows: its coordinates along the mesh dims that tell
   // s's shards apart. block_of[c]: the first computation with the same shard.
   const Layout& layout = stacked_input.layout();
@@ -136,14 +138,12 @@ bool run_row_stacked(const std::vector<const DTensor*>& inputs, size_t s,
       throw_error<InternalError>("run_local", "a row-stacked kernel returned {} for {} rows",
                                  all.to_string(), stacked->dim(0));
     }
-    const size_t row_bytes = dtype_size(all.dtype()) * static_cast<size_t>(all.dim(1));
-    const char* from = static_cast<const char*>(all.raw_data());
+    int64_t row = 0;  // each block's rows of `all`, copied by the device-neutral block copy
     for (size_t b : blocks) {
       const Tensor& rows = stacked_input.shard(first_device[b]);
-      const int64_t n = rows.dim(0);
-      Tensor part = Tensor::empty({n, all.dim(1)}, all.dtype(), rows.device());
-      if (n > 0) std::memcpy(part.raw_data(), from, static_cast<size_t>(n) * row_bytes);
-      from += static_cast<size_t>(n) * row_bytes;
+      Tensor part = Tensor::empty({rows.dim(0), all.dim(1)}, all.dtype(), rows.device());
+      copy_box(all, {row, 0}, part, {0, 0}, part.shape());
+      row += rows.dim(0);
       results[b] = std::move(part);
     }
   }

@@ -6,6 +6,7 @@
 #include "kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
+#include "ops/precision.h"
 
 namespace dtensor {
 
@@ -148,6 +149,7 @@ DTensor relu_mask(const DTensor& y) {
 }  // namespace
 
 DTensor matmul(const DTensor& a, const DTensor& b, bool ta, bool tb) {
+  if (precision_internal::runs_mixed(a, b)) return precision_internal::mixed_matmul(a, b, ta, tb);
   return recorded(
       {&a, &b}, [&] { return matmul_forward(a, b, ta, tb); },
       [&](const DTensor&) {
@@ -169,6 +171,9 @@ DTensor matmul(const DTensor& a, const DTensor& b, bool ta, bool tb) {
 }
 
 DTensor dense(const DTensor& x, const DTensor& w, const DTensor& b, DenseActivation activation) {
+  if (precision_internal::runs_mixed(x, w)) {
+    return precision_internal::mixed_dense(x, w, b, activation);
+  }
   return recorded(
       {&x, &w, &b}, [&] { return dense_forward(x, w, b, activation); },
       [&](const DTensor& y) {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "dtensor/creation.h"
+#include "dtensor/host_copy.h"
 #include "dtensor/step_observer.h"
 #include "kernels/kernels.h"
 #include "ops/op_internal.h"
@@ -117,7 +118,7 @@ DTensor keep_mask(const Shape& shape, const Layout& layout, DType dtype, double 
 }
 
 uint64_t seed_value(const DTensor& seed) {
-  const Tensor s = to_global(seed);
+  const Tensor s = host_readable(to_global(seed));  // one scalar, wherever the mesh's devices are
   return seed.dtype() == DType::kI64 ? static_cast<uint64_t>(s.data<int64_t>()[0])
                                      : static_cast<uint64_t>(s.data<int32_t>()[0]);
 }

@@ -1,6 +1,7 @@
 #include "ops/op_internal.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -8,8 +9,10 @@
 
 #include "dtensor/collectives.h"
 #include "dtensor/creation.h"
+#include "dtensor/host_copy.h"
 #include "dtensor/relayout.h"
 #include "dtensor/step_observer.h"
+#include "kernels/kernels.h"
 #include "ops/ops.h"
 
 namespace dtensor {
@@ -143,6 +146,28 @@ bool finite_values(const void* data, int64_t n, bool nonzero) {
   return bad == 0;
 }
 
+// finite_values of one shard's values. On a device: sum(x - x), or sum(x / x) for a divisor,
+// reduced there (NaN exactly when some value is infinite or NaN, or zero for a divisor) and one
+// scalar read back.
+bool exact_shard(const Tensor& t, bool divisor) {
+  const int64_t n = t.num_elements();
+  if (t.memory_space() != MemorySpace::kHost) {
+    if (n == 0) return true;
+    using kernels::BinaryOp;
+    const Tensor terms = kernels::binary(divisor ? BinaryOp::kDiv : BinaryOp::kSub, t, t);
+    const Tensor sum = kernels::reduce(kernels::ReduceKind::kSum, terms, {}, false);
+    return std::isfinite(host_readable(kernels::cast(sum, DType::kF64)).data<double>()[0]);
+  }
+  if (t.dtype() == DType::kF64) {
+    return finite_values<uint64_t, 0x7ff0000000000000u, 0x7fffffffffffffffu>(t.raw_data(), n,
+                                                                             divisor);
+  }
+  if (t.dtype() == DType::kF32) {
+    return finite_values<uint32_t, 0x7f800000u, 0x7fffffffu>(t.raw_data(), n, divisor);
+  }
+  return finite_values<uint16_t, 0x7f80u, 0x7fffu>(t.raw_data(), n, divisor);
+}
+
 // Whether a partial sum may pass through a product with `factor` (a non-partial operand):
 // each device then multiplies (or divides) its own term, which is exact only when every factor
 // is finite: inf times a zero term is NaN where the single-device product is inf. A divisor must
@@ -155,26 +180,19 @@ bool exact_factor(const DTensor& factor, bool divisor) {
   std::unordered_set<const void*> seen;  // replicated shards may share one buffer
   for (const Tensor& t : factor.shards()) {
     if (!ok || !seen.insert(t.raw_data()).second) continue;
-    const int64_t n = t.num_elements();
-    if (t.dtype() == DType::kF64) {
-      ok = finite_values<uint64_t, 0x7ff0000000000000u, 0x7fffffffffffffffu>(t.raw_data(), n,
-                                                                             divisor);
-    } else if (t.dtype() == DType::kF32) {
-      ok = finite_values<uint32_t, 0x7f800000u, 0x7fffffffu>(t.raw_data(), n, divisor);
-    } else {
-      ok = finite_values<uint16_t, 0x7f80u, 0x7fffu>(t.raw_data(), n, divisor);
-    }
+    ok = exact_shard(t, divisor);
   }
   const Mesh& mesh = factor.mesh();
   if (mesh.num_processes() == 1) return ok;
+  // The flag is put on each device (the mesh's backend reduces device memory) and read back.
   std::vector<Tensor> flags;
   for (int64_t id : mesh.local_device_ids()) {
-    Tensor flag = Tensor::empty({}, DType::kBool).with_device(mesh_device(mesh, id));
+    Tensor flag = Tensor::empty({}, DType::kBool);
     *flag.data<bool>() = !ok;
-    flags.push_back(std::move(flag));
+    flags.push_back(on_device(flag, mesh_device(mesh, id)));
   }
   const MeshDimMask every_dim = static_cast<MeshDimMask>((MeshDimMask{1} << mesh.rank()) - 1);
-  return !*all_reduce(mesh, every_dim, flags, ReduceOp::kMax)[0].data<bool>();
+  return !*host_readable(all_reduce(mesh, every_dim, flags, ReduceOp::kMax)[0]).data<bool>();
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // fused local kernel; with it sharded the op is composed from DTensor ops (two small all-reduces
 // of [..., 1] values instead of gathering the axis), with the kernels' non-finite rules.
 #include "dtensor/creation.h"
+#include "dtensor/host_copy.h"
 #include "dtensor/relayout.h"
 #include "dtensor/step_observer.h"
 #include "kernels/kernels.h"
@@ -160,28 +161,44 @@ DTensor logsumexp(const DTensor& x, int64_t axis, bool keepdims) {
 
 namespace {
 
+int64_t label_at(const Tensor& shard, int64_t e) {
+  return shard.dtype() == DType::kI32 ? shard.data<int32_t>()[e] : shard.data<int64_t>()[e];
+}
+
+// Whether every label of `shard` lies in [0, classes): one scan of host memory, with no
+// allocation; on a device, its min and max reduced there and the two scalars read back.
+bool shard_labels_in_range(const Tensor& shard, int64_t classes) {
+  if (shard.memory_space() != MemorySpace::kHost) {
+    if (shard.num_elements() == 0) return true;
+    auto extreme = [&](kernels::ReduceKind kind) {
+      return label_at(host_readable(kernels::reduce(kind, shard, {}, false)), 0);
+    };
+    return extreme(kernels::ReduceKind::kMin) >= 0 && extreme(kernels::ReduceKind::kMax) < classes;
+  }
+  bool all_in_range = true;
+  for (int64_t e = 0; e < shard.num_elements(); ++e) {
+    const int64_t label = label_at(shard, e);
+    all_in_range = all_in_range && label >= 0 && label < classes;
+  }
+  return all_in_range;
+}
+
 // Labels outside [0, classes) throw the kernel's error, naming the label's global position, on
 // every layout: the class-sharded expansion never runs the kernel's check, and the kernel would
-// name a position within its shard. The common case (every label in range) is one scan with no
-// allocation; positions are worked out only for a bad label.
+// name a position within its shard. Positions are worked out only for a bad label, from host
+// copies of the shards.
 void check_labels_in_range(const DTensor& labels, int64_t classes) {
   const DTensor whole = without_partial(labels);
-  auto label_at = [](const Tensor& shard, int64_t e) -> int64_t {
-    return shard.dtype() == DType::kI32 ? shard.data<int32_t>()[e] : shard.data<int64_t>()[e];
-  };
   bool all_in_range = true;
   for (const Tensor& shard : whole.shards()) {
-    for (int64_t e = 0; e < shard.num_elements(); ++e) {
-      const int64_t label = label_at(shard, e);
-      all_in_range = all_in_range && label >= 0 && label < classes;
-    }
+    all_in_range = all_in_range && shard_labels_in_range(shard, classes);
   }
   if (all_in_range) return;
   const Mesh& mesh = labels.mesh();
   const Layout plain = labels.layout().without_partial();
   int64_t worst = -1, value = 0;  // the first bad label in global order, and its value
   for (size_t i = 0; i < whole.shards().size(); ++i) {
-    const Tensor& shard = whole.shards()[i];
+    const Tensor shard = host_readable(whole.shards()[i]);
     const int64_t device = mesh.local_device_ids()[i];
     const std::vector<int64_t> offset = plain.shard_offset(labels.shape(), device);
     for (int64_t e = 0; e < shard.num_elements(); ++e) {

@@ -4,7 +4,7 @@
 // Declared here, on the runtime floor, so that runtime code can call them; defined on the kernels
 // floor by //kernels:memory (kernels/memory.cc), which //runtime:block and //runtime:random link.
 // Each function dispatches with a switch on the device type of its tensors to the CPU
-// implementation (kernels/cpu/cpu_memory.h) or the GPU one (the table of kernels/gpu/gpu_kernels.h;
+// implementation (kernels/cpu/cpu_kernels.h) or the GPU one (the table of kernels/gpu/gpu_kernels.h;
 // UnimplementedError "[fill] has no GPU kernel in this build" without CUDA). //kernels:memory
 // depends on nothing above //runtime:tensor (and the thread pool), so that the runtime can link it.
 //
@@ -38,6 +38,15 @@ void fill_value(Tensor& dst, double value);
 // fill_random_shard, which checks the arguments).
 void fill_random(Tensor& shard, const Shape& global_shape, const std::vector<int64_t>& offset,
                  const RandomSpec& spec);
+
+// Host reads of device memory for code above the kernel front (a flag, a scalar, a collective's
+// shape records): `t` itself when its elements are in host memory (no copy), else a new host
+// tensor (CPU:0) through the GPU table's copy_to_host; and `host` (host memory, InternalError
+// naming on_device otherwise) on `device`: retagged for a CPU device, else copied through
+// copy_to_gpu. Without a GPU backend, device memory throws "[copy_to_host] has no GPU kernel in
+// this build" (copy_to_gpu alike). dtensor/host_copy.h offers them above the runtime.
+Tensor host_readable(const Tensor& t);
+Tensor on_device(const Tensor& host, const Device& device);
 
 // Philox4x32-10 of one counter: host arithmetic, the same on every device.
 std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter, std::array<uint32_t, 2> key);

@@ -1,12 +1,12 @@
 #include "runtime/hierarchical_backend.h"
 
 #include <algorithm>
-#include <cstring>
 #include <functional>
 #include <string>
 
 #include "runtime/block.h"
 #include "runtime/collective_agreement.h"
+#include "runtime/element_loops.h"
 #include "runtime/error.h"
 #include "runtime/shape.h"
 
@@ -70,12 +70,6 @@ Group owned_here(const Group& group, const std::vector<int64_t>& positions) {
   return out;
 }
 
-Group all_owned_here(const Group& group) {
-  Group out = group;
-  out.owners.assign(group.devices.size(), group.self);
-  return out;
-}
-
 // One representative member per process (its first), for the flat inter-process stage.
 Group leaders(const Group& group, const ProcessView& view) {
   Group out{{}, {}, group.self};
@@ -104,9 +98,45 @@ std::vector<int64_t> at_dim(size_t rank, int64_t axis, int64_t offset) {
   return begin;
 }
 
-// A byte tensor (no zero fill).
-Tensor byte_buffer(const Shape& shape) { return Tensor::empty(shape, DType::kBool); }
-char* bytes_of(Tensor& t) { return static_cast<char*>(t.raw_data()); }
+// `t` on `device`: the same buffer retagged where the device reads t's memory (the CPU devices of
+// a process), else a copy in the device's own memory (a GPU each). Every move here goes through
+// the device-neutral block copies, so no host code touches device memory.
+Tensor moved_to(const Tensor& t, const Device& device) {
+  if (same_memory_space(t.device(), device)) return t.with_device(device);
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), device);
+  const std::vector<int64_t> origin(t.shape().size(), 0);
+  copy_box(t, origin, out, origin, t.shape());
+  return out;
+}
+
+// The box `extent` at `begin` of `src`, on `device` (see moved_to).
+Tensor slice_to(const Tensor& src, const std::vector<int64_t>& begin, const Shape& extent,
+                const Device& device) {
+  if (same_memory_space(src.device(), device)) {
+    return slice_box(src, begin, extent).with_device(device);
+  }
+  Tensor out = Tensor::empty(extent, src.dtype(), device);
+  copy_box(src, begin, out, std::vector<int64_t>(extent.size(), 0), extent);
+  return out;
+}
+
+// One result for every local member, each on its member's device: shared by CPU devices, one
+// buffer per GPU, so that a process may own several GPUs of a mesh spanning processes.
+std::vector<Tensor> result_per_member(const Tensor& result, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> out;
+  out.reserve(inputs.size());
+  for (const Tensor& in : inputs) out.push_back(moved_to(result, in.device()));
+  return out;
+}
+
+// Elements [at, at + n) of the flat tensor `from` (rank 1), as a new tensor of `shape` on
+// from's device.
+Tensor unpacked(const Tensor& from, int64_t at, const Shape& shape) {
+  const int64_t n = num_elements(shape);
+  Tensor flat = Tensor::empty({n}, from.dtype(), from.device());
+  copy_box(from, {at}, flat, {0}, {n});
+  return flat.reshaped(shape);
+}
 
 // The across-process stage of a bucket in flight; its results shared by the local members.
 class SharedWhenDone final : public PendingCollective {
@@ -118,7 +148,9 @@ class SharedWhenDone final : public PendingCollective {
     std::vector<std::vector<Tensor>> sums = across_->wait();
     std::vector<std::vector<Tensor>> out;
     out.reserve(sums.size());
-    for (size_t t = 0; t < sums.size(); ++t) out.push_back(share_result(sums[t][0], inputs_[t]));
+    for (size_t t = 0; t < sums.size(); ++t) {
+      out.push_back(result_per_member(sums[t][0], inputs_[t]));
+    }
     return out;
   }
 
@@ -143,7 +175,7 @@ class HierarchicalBackend final : public CollectiveBackend {
     ProcessView view = view_of(group);
     if (view.single()) return intra_->all_reduce(group, inputs, op);
     if (view.flat()) return inter_->all_reduce(group, inputs, op);
-    return share_result(reduce_across(group, view, inputs, op), inputs);
+    return result_per_member(reduce_across(group, view, inputs, op), inputs);
   }
 
   std::vector<Tensor> all_gather(const Group& group, const std::vector<Tensor>& inputs,
@@ -158,10 +190,10 @@ class HierarchicalBackend final : public CollectiveBackend {
           inputs.size() == 1
               ? inputs[0]
               : intra_->all_gather(owned_here(group, view.local_members()), inputs, axis)[0];
-      return share_result(inter_->all_gather(leaders(group, view), {block}, axis)[0], inputs);
+      return result_per_member(inter_->all_gather(leaders(group, view), {block}, axis)[0],
+                               inputs);
     }
-    std::vector<Tensor> all = gather_members(group, view, inputs, axis);
-    return share_result(intra_->all_gather(all_owned_here(group), all, axis)[0], inputs);
+    return result_per_member(gather_members(group, view, inputs, axis), inputs);
   }
 
   std::vector<Tensor> reduce_scatter(const Group& group, const std::vector<Tensor>& inputs,
@@ -178,9 +210,8 @@ class HierarchicalBackend final : public CollectiveBackend {
     std::vector<Tensor> out;
     for (size_t i = 0; i < mine.size(); ++i) {
       ShardRange r = chunk_range(reduced.dim(axis), group.size(), mine[i]);
-      out.push_back(slice_box(reduced, at_dim(static_cast<size_t>(reduced.rank()), axis, r.offset),
-                              with_dim(reduced.shape(), axis, r.size))
-                        .with_device(inputs[i].device()));
+      out.push_back(slice_to(reduced, at_dim(static_cast<size_t>(reduced.rank()), axis, r.offset),
+                             with_dim(reduced.shape(), axis, r.size), inputs[i].device()));
     }
     return out;
   }
@@ -211,7 +242,7 @@ class HierarchicalBackend final : public CollectiveBackend {
     }
     Tensor result =
         inter_->broadcast(leaders(group, view), {source}, static_cast<int64_t>(root_process))[0];
-    return share_result(result, inputs);
+    return result_per_member(result, inputs);
   }
 
   std::unique_ptr<PendingCollective> all_reduce_start(
@@ -293,12 +324,11 @@ class HierarchicalBackend final : public CollectiveBackend {
     for (size_t i = 0; i < local.size(); ++i) {
       ShardRange r = chunk_range(n, k, local[i]);
       if (local.size() == 1 && block.dim(axis) == r.size) {
-        out.push_back(block.with_device(inputs[i].device()));
+        out.push_back(moved_to(block, inputs[i].device()));
         continue;
       }
-      out.push_back(slice_box(block, at_dim(rank, axis, r.offset - first_row),
-                              with_dim(mine.shape(), axis, r.size))
-                        .with_device(inputs[i].device()));
+      out.push_back(slice_to(block, at_dim(rank, axis, r.offset - first_row),
+                             with_dim(mine.shape(), axis, r.size), inputs[i].device()));
     }
     return out;
   }
@@ -317,10 +347,11 @@ class HierarchicalBackend final : public CollectiveBackend {
       records.push_back(in.rank());
       records.insert(records.end(), in.shape().begin(), in.shape().end());
     }
-    Tensor mine =
-        Tensor::empty({static_cast<int64_t>(records.size())}, DType::kI64, inputs[0].device());
+    // Written and read on the host; on a GPU they travel in the first member's memory.
+    Tensor mine = Tensor::empty({static_cast<int64_t>(records.size())}, DType::kI64);
     std::copy(records.begin(), records.end(), mine.data<int64_t>());
-    Tensor all = inter_->all_gather(leaders(group, view), {mine}, 0)[0];
+    const Tensor all = kernels::host_readable(inter_->all_gather(
+        leaders(group, view), {kernels::on_device(mine, inputs[0].device())}, 0)[0]);
     const int64_t* a = all.data<int64_t>();
     const int64_t* end = a + all.num_elements();
     std::vector<Shape> shapes(static_cast<size_t>(group.size()));
@@ -339,56 +370,58 @@ class HierarchicalBackend final : public CollectiveBackend {
     return shapes;
   }
 
-  // Every member's tensor in group order, on every process of the group: the shapes, then the
-  // bytes, each gathered once across processes.
-  std::vector<Tensor> gather_members(const Group& group, const ProcessView& view,
-                                     const std::vector<Tensor>& inputs, int64_t axis) {
+  // The all-gather of every member's tensor along `axis`, on this process's first member's device:
+  // the shapes, then the elements (packed flat in group order per process), each gathered once
+  // across processes.
+  Tensor gather_members(const Group& group, const ProcessView& view,
+                        const std::vector<Tensor>& inputs, int64_t axis) {
     std::vector<Shape> shapes =
         member_shapes(group, view, inputs, "all_gather", [axis](DType dtype, const Shape& shape) {
           return describe_all_gather(dtype, shape, axis);
         });
-    int64_t own_bytes = 0;
-    for (const Tensor& in : inputs) own_bytes += static_cast<int64_t>(in.nbytes());
-    Tensor packed = byte_buffer({own_bytes});
-    size_t at = 0;
+    const Tensor& first = inputs[0];
+    int64_t own = 0;
+    for (const Tensor& in : inputs) own += in.num_elements();
+    Tensor packed = Tensor::empty({own}, first.dtype(), first.device());
+    int64_t at = 0;
     for (const Tensor& in : inputs) {
-      std::memcpy(bytes_of(packed) + at, in.raw_data(), in.nbytes());
-      at += in.nbytes();
+      copy_box(in.reshaped({in.num_elements()}), {0}, packed, {at}, {in.num_elements()});
+      at += in.num_elements();
     }
     Tensor received = inter_->all_gather(leaders(group, view), {packed}, 0)[0];
-    const DType dtype = inputs[0].dtype();
-    const size_t esize = dtype_size(dtype);
-    std::vector<Tensor> all(static_cast<size_t>(group.size()));
+    int64_t total = 0;
+    for (const Shape& shape : shapes) total += shape[static_cast<size_t>(axis)];
+    Tensor out = Tensor::empty(with_dim(shapes[0], axis, total), first.dtype(), first.device());
+    std::vector<int64_t> offset_of(shapes.size());  // each member's offset along `axis`
+    for (size_t pos = 0, offset = 0; pos < shapes.size(); ++pos) {
+      offset_of[pos] = static_cast<int64_t>(offset);
+      offset += static_cast<size_t>(shapes[pos][static_cast<size_t>(axis)]);
+    }
+    const size_t rank = shapes[0].size();
     at = 0;
     for (size_t p = 0; p < view.size(); ++p) {
       for (size_t i = 0; i < view.members[p].size(); ++i) {
         const size_t pos = static_cast<size_t>(view.members[p][i]);
-        const size_t nbytes = static_cast<size_t>(num_elements(shapes[pos])) * esize;
-        if (p == view.self) {
-          all[pos] = inputs[i];
-        } else {
-          Tensor t = Tensor::empty(shapes[pos], dtype,
-                                   Device{inputs[0].device().type, group.devices[pos]});
-          std::memcpy(t.raw_data(), bytes_of(received) + at, nbytes);
-          all[pos] = std::move(t);
-        }
-        at += nbytes;
+        const Tensor piece = p == view.self ? inputs[i] : unpacked(received, at, shapes[pos]);
+        copy_box(piece, std::vector<int64_t>(rank, 0), out, at_dim(rank, axis, offset_of[pos]),
+                 shapes[pos]);
+        at += num_elements(shapes[pos]);
       }
     }
-    return all;
+    return out;
   }
 
   // All-to-all with several members per process: after the shapes are known everywhere, each
   // process packs, for every destination process, the pieces its members send to that process's
-  // members into one row of a byte tensor [processes, widest row]; one flat all-to-all of the
-  // rows delivers them.
+  // members into one row of a tensor [processes, widest row] of their dtype, on the first
+  // member's device; one flat all-to-all of the rows delivers them.
   std::vector<Tensor> all_to_all_packed(const Group& group, const ProcessView& view,
                                         const std::vector<Tensor>& inputs, int64_t split_axis,
                                         int64_t concat_axis) {
     const int64_t k = group.size();
     const size_t rank = static_cast<size_t>(inputs[0].rank());
     const DType dtype = inputs[0].dtype();
-    const size_t esize = dtype_size(dtype);
+    const Device& first = inputs[0].device();
     const size_t num_processes = view.size();
     std::vector<Shape> shapes = member_shapes(
         group, view, inputs, "all_to_all", [=](DType member_dtype, const Shape& shape) {
@@ -400,27 +433,28 @@ class HierarchicalBackend final : public CollectiveBackend {
     int64_t width = 0;
     for (size_t p = 0; p < num_processes; ++p) {
       for (size_t q = 0; q < num_processes; ++q) {
-        int64_t bytes = 0;
+        int64_t elements = 0;
         for (int64_t i : view.members[p]) {
           for (int64_t j : view.members[q]) {
-            bytes += num_elements(piece_shape(shapes[static_cast<size_t>(i)], j));
+            elements += num_elements(piece_shape(shapes[static_cast<size_t>(i)], j));
           }
         }
-        width = std::max(width, bytes * static_cast<int64_t>(esize));
+        width = std::max(width, elements);
       }
     }
     const std::vector<int64_t>& mine = view.local_members();
-    Tensor send = byte_buffer({static_cast<int64_t>(num_processes), width});
+    Tensor send = Tensor::empty({static_cast<int64_t>(num_processes) * width}, dtype, first);
     for (size_t q = 0; q < num_processes; ++q) {
-      size_t at = q * static_cast<size_t>(width);
+      int64_t at = static_cast<int64_t>(q) * width;
       for (size_t i = 0; i < mine.size(); ++i) {
         for (int64_t j : view.members[q]) {
           Tensor piece = slice_box(
               inputs[i],
               at_dim(rank, split_axis, chunk_range(inputs[i].dim(split_axis), k, j).offset),
               piece_shape(inputs[i].shape(), j));
-          std::memcpy(bytes_of(send) + at, piece.raw_data(), piece.nbytes());
-          at += piece.nbytes();
+          copy_box(piece.reshaped({piece.num_elements()}), {0}, send, {at},
+                   {piece.num_elements()});
+          at += piece.num_elements();
         }
       }
     }
@@ -430,14 +464,12 @@ class HierarchicalBackend final : public CollectiveBackend {
     std::vector<std::vector<Tensor>> pieces(mine.size(),
                                             std::vector<Tensor>(static_cast<size_t>(k)));
     for (size_t p = 0; p < num_processes; ++p) {
-      size_t at = p * static_cast<size_t>(width);
+      int64_t at = static_cast<int64_t>(p) * width;
       for (int64_t i : view.members[p]) {
         for (size_t jl = 0; jl < mine.size(); ++jl) {
-          Tensor piece =
-              Tensor::empty(piece_shape(shapes[static_cast<size_t>(i)], mine[jl]), dtype);
-          std::memcpy(piece.raw_data(), bytes_of(recv) + at, piece.nbytes());
-          at += piece.nbytes();
-          pieces[jl][static_cast<size_t>(i)] = std::move(piece);
+          const Shape shape = piece_shape(shapes[static_cast<size_t>(i)], mine[jl]);
+          pieces[jl][static_cast<size_t>(i)] = unpacked(recv, at, shape);
+          at += num_elements(shape);
         }
       }
     }

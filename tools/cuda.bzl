@@ -1,7 +1,7 @@
 """nvcc through Bazel: `cuda_library` compiles .cu files into objects that a cc_library links.
 
-Each .cu file becomes one genrule running nvcc for sm_90 (H100/H200) plus compute_90 PTX, so a
-newer GPU can JIT the PTX. The .cu files include only headers listed in `hdrs` (and CUDA's): they
+Each .cu file becomes one genrule running nvcc for sm_80 (A100) and sm_90 (H100/H200) plus
+compute_90 PTX, so a newer GPU can JIT the PTX. The .cu files include only headers listed in `hdrs` (and CUDA's): they
 see raw pointers and sizes, never Tensor or fmt, so nvcc stays away from the rest of the tree.
 Every macro here generates its targets only where CUDA is installed (`HAS_CUDA` of @local_cuda)
 and nothing otherwise, so a BUILD file lists its CUDA targets plainly and //... builds on machines
@@ -13,6 +13,7 @@ load("@local_cuda//:defs.bzl", "CUDA_ROOT", "HAS_CUDA")
 NVCC_FLAGS = [
     "-std=c++17",
     "-O3",
+    "-gencode=arch=compute_80,code=sm_80",
     "-gencode=arch=compute_90,code=sm_90",
     "-gencode=arch=compute_90,code=compute_90",
     "--expt-relaxed-constexpr",
@@ -59,6 +60,11 @@ def gpu_cc_test(name, **kwargs):
     itself (runtime/gpu_backend.h) and fills the kernel front's GPU table before main."""
     if HAS_CUDA:
         native.cc_test(name = name, linkstatic = True, **kwargs)
+
+def gpu_sh_test(name, **kwargs):
+    """An sh_test about GPU binaries (it names them in `data`), where CUDA is installed."""
+    if HAS_CUDA:
+        native.sh_test(name = name, **kwargs)
 
 def gpu_cc_binary(name, **kwargs):
     """A cc_binary of GPU code (benches), linked like gpu_cc_test."""

@@ -3,31 +3,52 @@
 # binary, then every bench (and the PyTorch peer step when torch imports), the MNIST example on a
 # GPU mesh (batch=1 and batch=8 logical devices; real MNIST when the bundle has it), and
 # compute-sanitizer --tool memcheck over the tests. Logs go to $OUT (the device tool's folder) or
-# ./logs, and a summary line per step to stdout.
+# ./logs, a line per step to stdout, and one last line "SUMMARY: PASS" or "SUMMARY: FAIL (...)".
 #   run_all.sh [tests|benches|mnist|memcheck]...   (default: all four)
+# It runs on a GPU machine, so no GPU is a failure, never a pass: nvidia-smi must list a GPU, and
+# the test binaries get DTENSOR_REQUIRE_GPU=1, which makes them fail (not skip) when CUDA sees
+# none (runtime/cuda/gpu_test_main.cc), e.g. after a driver mismatch.
 set -uo pipefail
 DIR=$(cd "$(dirname "$0")" && pwd)
 LOGS=${OUT:-$DIR/logs}
 mkdir -p "$LOGS"
 export LD_LIBRARY_PATH="$DIR/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export PATH="/usr/local/cuda/bin:$PATH"
+export DTENSOR_REQUIRE_GPU=1
 STEPS=("$@")
 [[ ${#STEPS[@]} -eq 0 ]] && STEPS=(tests benches mnist memcheck)
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -2
 status=0
+failed=()
+fail() {
+  status=1
+  failed+=("$1")
+}
+if gpus=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1) &&
+  [[ -n "$gpus" ]]; then
+  echo "$gpus" | head -2
+else
+  echo "FAIL no GPU: nvidia-smi: $(echo "$gpus" | head -1 | cut -c1-200)"
+  fail "no GPU"
+fi
 for step in "${STEPS[@]}"; do
   case "$step" in
     tests)
       while read -r t args; do
         log="$LOGS/$t${args//[^a-z]/_}.log"
         start=$(date +%s)
-        if "$DIR/bin/$t" $args >"$log" 2>&1; then r=PASS; else r=FAIL; status=1; fi
+        # A binary that skipped its GPU tests did not test anything here.
+        if "$DIR/bin/$t" $args >"$log" 2>&1 && ! grep -q "GPU tests skipped" "$log"; then
+          r=PASS
+        else
+          r=FAIL
+          fail "$t"
+        fi
         echo "$r $t $args ($(( $(date +%s) - start ))s): $(tail -2 "$log" | tr '\n' ' ' | cut -c1-200)"
       done <"$DIR/tests.txt"
       ;;
     benches)
       while read -r b; do
-        "$DIR/bin/$b" >"$LOGS/$b.log" 2>&1 || status=1
+        "$DIR/bin/$b" >"$LOGS/$b.log" 2>&1 || fail "$b"
         echo "== $b"; cat "$LOGS/$b.log"
       done <"$DIR/benches.txt"
       if python3 -c "import torch" 2>/dev/null; then
@@ -40,7 +61,7 @@ for step in "${STEPS[@]}"; do
       [[ -d "$DIR/data/mnist" ]] && data=(--data_dir="$DIR/data/mnist")
       for mesh in batch=1 batch=8; do
         "$DIR/bin/train" --device=gpu --mesh=$mesh "${data[@]}" --metrics_out="$LOGS/mnist_$mesh.jsonl" \
-          >"$LOGS/mnist_$mesh.log" 2>&1 || status=1
+          >"$LOGS/mnist_$mesh.log" 2>&1 || fail "mnist $mesh"
         echo "== mnist $mesh: $(tail -1 "$LOGS/mnist_$mesh.log" | cut -c1-300)"
       done
       ;;
@@ -49,10 +70,15 @@ for step in "${STEPS[@]}"; do
         log="$LOGS/$t${args//[^a-z]/_}.memcheck.log"
         compute-sanitizer --tool memcheck --error-exitcode 3 "$DIR/bin/$t" $args >"$log" 2>&1
         r=$?
-        [[ $r -ne 0 ]] && status=1
+        [[ $r -ne 0 ]] && fail "memcheck $t"
         echo "memcheck $t $args: exit $r; $(grep -E 'ERROR SUMMARY' "$log" | tail -1)"
       done <"$DIR/tests.txt"
       ;;
   esac
 done
+if [[ $status -eq 0 ]]; then
+  echo "SUMMARY: PASS"
+else
+  echo "SUMMARY: FAIL (${failed[*]})"
+fi
 exit $status

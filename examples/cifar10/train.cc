@@ -21,12 +21,14 @@
 #include <vector>
 
 #include "cli/flags.h"
+#include "cli/precision_flag.h"
 #include "dtensor/runtime.h"
 #include "dtensor/virtual_devices.h"
 #include "examples/cifar10/data.h"
 #include "examples/cifar10/model.h"
 #include "ops/autograd.h"
 #include "ops/ops.h"
+#include "ops/precision.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/data/dataset.h"
 #include "train/optim/ema.h"
@@ -40,6 +42,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Flags {
   std::string dataset = "cifar10";
+  std::string precision = "float32";
   std::string data_dir;
   int64_t train_limit = -1;
   int64_t test_limit = -1;
@@ -155,7 +158,10 @@ int run(int argc, char** argv, const Runtime& rt) {
                  "Trains the CNN of TensorFlow's CIFAR-10 tutorial as towers over a mesh of "
                  "virtual CPU devices.");
   define_flags(cli, f);
+  cli::add_precision_flag(cli, &f.precision);
   if (std::optional<int> code = cli.parse(argc, argv, rt.process_index() == 0)) return *code;
+  // conv2d and matmul traced and run on this thread follow the policy (ops/precision.h).
+  const PolicyScope policy(Policy::from_name(f.precision));
   if (std::optional<std::string> bad = check_ranges(f)) {
     if (rt.process_index() == 0) std::fprintf(stderr, "train: %s\n", bad->c_str());
     return 2;

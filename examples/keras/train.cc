@@ -31,10 +31,12 @@
 #include <vector>
 
 #include "cli/flags.h"
+#include "cli/precision_flag.h"
 #include "cli/tensorboard.h"
 #include "dtensor/runtime.h"
 #include "dtensor/virtual_devices.h"
 #include "ops/ops.h"
+#include "ops/precision.h"
 #include "train/data/idx.h"
 #include "train/keras/checkpoint_callbacks.h"
 #include "train/keras/layers.h"
@@ -62,6 +64,7 @@ struct Flags {
   std::string tensorboard_dir;
   bool eager = false;
   std::string strategy = "mirrored";
+  std::string precision = "float32";
 };
 
 void define_flags(cli::Flags& cli, Flags& f) {
@@ -354,7 +357,10 @@ int main(int argc, char** argv) {
                             "The Keras distributed-training guide: a tf.distribute strategy, fit, "
                             "checkpoints and resume.");
     define_flags(cli, flags);
+    dtensor::cli::add_precision_flag(cli, &flags.precision);
     if (std::optional<int> code = cli.parse(argc, argv, rt.process_index() == 0)) return *code;
+    // Layers called on this thread follow the policy (ops/precision.h).
+    const dtensor::PolicyScope policy(dtensor::Policy::from_name(flags.precision));
     return train(rt, flags);
   });
 }

@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "cli/flags.h"
+#include "cli/precision_flag.h"
 #include "cli/plot.h"
 #include "cli/tensorboard.h"
 #include "dtensor/runtime.h"
@@ -31,6 +32,7 @@
 #include "kernels/gpu/gpu_kernels.h"
 #include "ops/autograd.h"
 #include "ops/ops.h"
+#include "ops/precision.h"
 #include "train/capture/function.h"
 #include "train/data/dataset.h"
 #include "train/data/idx.h"
@@ -55,6 +57,7 @@ struct Flags {
   std::string tensorboard_dir;
   bool eager = false;
   std::string device = "cpu";
+  std::string precision = "float32";
 };
 
 // "batch=8" or "batch=2,model=4": the first dim shards the batch, a `model` dim the hidden layers.
@@ -104,6 +107,7 @@ void define_flags(cli::Flags& cli, Flags& f) {
                cli::PathKind::kOutputDir);
   cli.add_bool("--eager", &f.eager,
                "run the training step op by op instead of as a captured (traced, replayed) step");
+  cli::add_precision_flag(cli, &f.precision);
 }
 
 std::string find_file(const std::string& dir, const std::string& name) {
@@ -200,6 +204,8 @@ int run(int argc, char** argv, const Runtime& rt) {
   cli::Flags cli("train", "Trains an MLP on MNIST over a mesh of virtual CPU devices.");
   define_flags(cli, flags);
   if (std::optional<int> code = cli.parse(argc, argv, rt.process_index() == 0)) return *code;
+  // Ops traced and run on this thread from here on follow the policy (ops/precision.h).
+  const PolicyScope policy(Policy::from_name(flags.precision));
   std::vector<MeshDim> dims = parse_mesh_dims(flags.mesh);
   int64_t devices = 1;
   for (const MeshDim& d : dims) devices *= d.size;

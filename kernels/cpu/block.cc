@@ -4,7 +4,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "kernels/cpu/cpu_memory.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "runtime/thread_pool.h"
 
 namespace dtensor::kernels::cpu {

@@ -1,4 +1,5 @@
-// conv2d and its two gradients on the CPU: shape checks, then f32 on oneDNN (conv_onednn.h) when
+// conv2d and its two gradients on the CPU (checked by the front: checks::conv2d and its
+// gradients' checks, kernels/checks.h): f32 on oneDNN (conv_onednn.h) when
 // it takes the geometry, f64 (and any f32 geometry oneDNN refuses) on the direct loops
 // (conv_direct.h), bf16 through f32.
 #include <cstring>
@@ -12,66 +13,6 @@ namespace dtensor::kernels::cpu {
 namespace {
 
 using internal::ConvGeometry;
-using internal::describe;
-
-std::string shape_string(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ",")); }
-
-void check_params(const char* op, const Conv2dParams& p) {
-  if (p.stride_h < 1 || p.stride_w < 1 || p.dilation_h < 1 || p.dilation_w < 1 || p.groups < 1 ||
-      p.pad_top < 0 || p.pad_bottom < 0 || p.pad_left < 0 || p.pad_right < 0) {
-    throw_error<InvalidArgumentError>(
-        op,
-        "strides {}x{}, dilations {}x{} and groups {} must be >= 1 and paddings {},{},{},{} >= 0",
-        p.stride_h, p.stride_w, p.dilation_h, p.dilation_w, p.groups, p.pad_top, p.pad_bottom,
-        p.pad_left, p.pad_right);
-  }
-}
-
-// The geometry of x [n,h,w,c] * w [kh,kw,c/groups,o] -> y [n,oh,ow,o].
-ConvGeometry geometry(const char* op, const Shape& x, const Shape& w, const Conv2dParams& p) {
-  check_params(op, p);
-  if (x.size() != 4 || w.size() != 4) {
-    throw_error<ShapeError>(op, "x {} must be [n,h,w,c] and w {} [kh,kw,c/groups,o]",
-                            shape_string(x), shape_string(w));
-  }
-  ConvGeometry g;
-  g.n = x[0], g.h = x[1], g.w = x[2], g.c = x[3];
-  g.kh = w[0], g.kw = w[1], g.cpg = w[2], g.o = w[3];
-  g.groups = p.groups;
-  if (g.cpg * g.groups != g.c || g.o % g.groups != 0) {
-    throw_error<ShapeError>(op, "x {} has {} channels, w {} takes {} in each of {} groups",
-                            shape_string(x), g.c, shape_string(w), g.cpg, g.groups);
-  }
-  g.oh = conv_output_size(g.h, p.pad_top, p.pad_bottom, g.kh, p.dilation_h, p.stride_h);
-  g.ow = conv_output_size(g.w, p.pad_left, p.pad_right, g.kw, p.dilation_w, p.stride_w);
-  if (g.oh == kOutputSizeOverflow || g.ow == kOutputSizeOverflow) {
-    throw_error<InvalidArgumentError>(
-        op,
-        "x {} padded by {},{},{},{} or the {}x{} window dilated {}x{} is larger than int64 holds",
-        shape_string(x), p.pad_top, p.pad_bottom, p.pad_left, p.pad_right, g.kh, g.kw, p.dilation_h,
-        p.dilation_w);
-  }
-  if (g.oh < 1 || g.ow < 1 || g.kh < 1 || g.kw < 1) {
-    throw_error<ShapeError>(
-        op, "the {}x{} window (dilation {}x{}) does not fit x {} padded by {},{},{},{}", g.kh, g.kw,
-        p.dilation_h, p.dilation_w, shape_string(x), p.pad_top, p.pad_bottom, p.pad_left,
-        p.pad_right);
-  }
-  return g;
-}
-
-void check_float_pair(const char* op, const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype()) {
-    throw_error<DTypeError>(op, "dtypes differ: {} and {}", describe(a), describe(b));
-  }
-  if (!is_floating(a.dtype())) internal::throw_unsupported(op, a);
-}
-
-void check_dy(const char* op, const Tensor& dy, const ConvGeometry& g) {
-  if (dy.shape() != Shape{g.n, g.oh, g.ow, g.o}) {
-    throw_error<ShapeError>(op, "dy {} must be [{},{},{},{}]", describe(dy), g.n, g.oh, g.ow, g.o);
-  }
-}
 
 // Below this many flops a convolution runs on the calling thread alone: forking an OpenMP team
 // costs more than it saves, and its workers spin afterwards, taking cores from the pool threads
@@ -93,8 +34,8 @@ Tensor like(const Tensor& r, DType dtype) {
 }  // namespace
 
 Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Conv2dParams& p) {
-  check_float_pair("conv2d", x_in, w_in);
-  const ConvGeometry g = geometry("conv2d", x_in.shape(), w_in.shape(), p);
+  // Checked by the front (checks::conv2d); the geometry again, for its extents.
+  const ConvGeometry g = checks::conv_geometry("conv2d", x_in.shape(), w_in.shape(), p);
   const Tensor x = as_f32(x_in), w = as_f32(w_in);
   Tensor y = Tensor::empty({g.n, g.oh, g.ow, g.o}, x.dtype(), x_in.device());
   if (y.num_elements() == 0) return like(y, x_in.dtype());
@@ -109,9 +50,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Conv2dParams& p) {
 
 Tensor conv2d_backprop_input(const Shape& x_shape, const Tensor& w_in, const Tensor& dy_in,
                              const Conv2dParams& p) {
-  check_float_pair("conv2d_backprop_input", w_in, dy_in);
-  const ConvGeometry g = geometry("conv2d_backprop_input", x_shape, w_in.shape(), p);
-  check_dy("conv2d_backprop_input", dy_in, g);
+  const ConvGeometry g = checks::conv_geometry("conv2d_backprop_input", x_shape, w_in.shape(), p);
   const Tensor w = as_f32(w_in), dy = as_f32(dy_in);
   Tensor dx = Tensor::zeros(x_shape, w.dtype(), w_in.device());
   if (dx.num_elements() == 0 || dy.num_elements() == 0) return like(dx, w_in.dtype());
@@ -127,9 +66,7 @@ Tensor conv2d_backprop_input(const Shape& x_shape, const Tensor& w_in, const Ten
 
 Tensor conv2d_backprop_filter(const Tensor& x_in, const Shape& w_shape, const Tensor& dy_in,
                               const Conv2dParams& p) {
-  check_float_pair("conv2d_backprop_filter", x_in, dy_in);
-  const ConvGeometry g = geometry("conv2d_backprop_filter", x_in.shape(), w_shape, p);
-  check_dy("conv2d_backprop_filter", dy_in, g);
+  const ConvGeometry g = checks::conv_geometry("conv2d_backprop_filter", x_in.shape(), w_shape, p);
   const Tensor x = as_f32(x_in), dy = as_f32(dy_in);
   Tensor dw = Tensor::zeros(w_shape, x.dtype(), x_in.device());
   if (dw.num_elements() == 0 || dy.num_elements() == 0) return like(dw, x_in.dtype());

@@ -13,13 +13,8 @@
 
 namespace dtensor::kernels::cpu::internal {
 
-// Every extent of one convolution, checked by the caller.
-struct ConvGeometry {
-  int64_t n = 0, h = 0, w = 0, c = 0;  // x
-  int64_t kh = 0, kw = 0, cpg = 0;     // w: [kh, kw, cpg, o], cpg = c / groups
-  int64_t o = 0, oh = 0, ow = 0;       // y: [n, oh, ow, o]
-  int64_t groups = 1;
-};
+// Every extent of one convolution (kernels/conv_params.h), checked by the front.
+using kernels::ConvGeometry;
 
 // Calls fn(ih, iw, filter_index) for every filter tap of output position (oh, ow) that reads an
 // unpadded input position.

@@ -1,7 +1,7 @@
 // Constant fills in host memory: the CPU half of kernels::fill_value.
 #include <type_traits>
 
-#include "kernels/cpu/cpu_memory.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace dtensor::kernels::cpu {
 

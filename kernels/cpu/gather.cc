@@ -8,8 +8,6 @@
 namespace dtensor::kernels::cpu {
 namespace {
 
-using internal::describe;
-
 // Reads every index as i64, checking it against [0, limit).
 std::vector<int64_t> checked_indices(const char* op, const Tensor& indices, int64_t limit) {
   std::vector<int64_t> result(static_cast<size_t>(indices.num_elements()));
@@ -30,13 +28,7 @@ std::vector<int64_t> checked_indices(const char* op, const Tensor& indices, int6
   return result;
 }
 
-// shape[:axis] + indices.shape + shape[axis+1:]
-Shape gathered_shape(const Shape& shape, const Shape& indices, int64_t axis) {
-  Shape out(shape.begin(), shape.begin() + axis);
-  out.insert(out.end(), indices.begin(), indices.end());
-  out.insert(out.end(), shape.begin() + axis + 1, shape.end());
-  return out;
-}
+using checks::gathered_shape;
 
 template <typename T>
 void scatter_rows(const T* updates, T* out, const std::vector<int64_t>& index,
@@ -55,10 +47,7 @@ void scatter_rows(const T* updates, T* out, const std::vector<int64_t>& index,
 }  // namespace
 
 Tensor gather(const Tensor& params, const Tensor& indices, int64_t axis) {
-  if (params.rank() < 1) {
-    throw_error<ShapeError>("gather", "params must have rank >= 1, got {}", describe(params));
-  }
-  internal::check_index_dtype("gather", indices, "indices");
+  DTENSOR_CHECK(params.rank() >= 1);  // checks::gather
   const int64_t ax = internal::normalize_axis("gather", axis, params);
   const internal::AxisView view = internal::view_around_axis(params.shape(), ax);
   const std::vector<int64_t> index = checked_indices("gather", indices, view.n);
@@ -83,23 +72,8 @@ Tensor gather(const Tensor& params, const Tensor& indices, int64_t axis) {
 
 Tensor scatter_add(const Shape& shape, const Tensor& indices, const Tensor& updates, int64_t axis) {
   const char* op = "scatter_add";
-  validate_shape(shape, op);
-  const int64_t rank = static_cast<int64_t>(shape.size());
-  if (rank < 1) throw_error<ShapeError>(op, "output shape must have rank >= 1, got []");
-  if (axis < -rank || axis >= rank) {
-    throw_error<InvalidArgumentError>(op, "axis {} is out of range for {}", axis,
-                                      shape_to_string(shape));
-  }
-  const int64_t ax = axis < 0 ? axis + rank : axis;
-  internal::check_index_dtype(op, indices, "indices");
-  if (updates.dtype() == DType::kBool) internal::throw_unsupported(op, updates);
-  const Shape expected = gathered_shape(shape, indices.shape(), ax);
-  if (updates.shape() != expected) {
-    throw_error<ShapeError>(op,
-                            "updates {} should have shape {} for indices {} into {} along axis {}",
-                            describe(updates), shape_to_string(expected), describe(indices),
-                            shape_to_string(shape), ax);
-  }
+  DTENSOR_CHECK(!shape.empty());  // checks::scatter_add
+  const int64_t ax = axis < 0 ? axis + static_cast<int64_t>(shape.size()) : axis;
   const internal::AxisView view = internal::view_around_axis(shape, ax);
   const std::vector<int64_t> index = checked_indices(op, indices, view.n);
   if (updates.dtype() == DType::kBF16) {

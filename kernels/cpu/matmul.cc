@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/gemm_blocks.h"
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/matmul_onednn.h"
 
@@ -87,24 +88,67 @@ MatmulShape matmul_shape(const char* op, const Tensor& a, const Tensor& b,
 
 int blas_int(int64_t v) { return static_cast<int>(std::max<int64_t>(v, 1)); }
 
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, const float* b,
-          float beta, float* c) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a,
-              blas_int(ta ? m : k), b, blas_int(tb ? k : n), beta, c, blas_int(n));
+std::mutex& blas_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+// Written under blas_mutex(); the kernels read it without the lock.
+std::atomic<int> last_blas_threads{0};
+
+// OpenBLAS runs on one thread per call; the product's blocks go to the pool (gemm_blocks.h says
+// why). Reset when someone else (a benchmark calling OpenBLAS directly) changed the setting.
+void use_one_openblas_thread() {
+  if (openblas_get_num_threads() == 1) return;
+  std::lock_guard<std::mutex> lock(blas_mutex());
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
 }
 
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, const double* b,
-          double beta, double* c) {
+void gemm_block(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a, blas_int(lda),
+              b, blas_int(ldb), beta, c, blas_int(ldc));
+}
+
+void gemm_block(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
+                const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, a,
-              blas_int(ta ? m : k), b, blas_int(tb ? k : n), beta, c, blas_int(n));
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, a, blas_int(lda),
+              b, blas_int(ldb), beta, c, blas_int(ldc));
+}
+
+// c (+)= a x b for dense row-major matrices on up to `threads` threads: single-threaded OpenBLAS
+// calls on blocks of rows (or columns) of c.
+template <typename T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T beta, T* c,
+          int threads) {
+  use_one_openblas_thread();
+  const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+  run_gemm_blocks(m, n, k, threads, [&](const GemmBlock& part) {
+    const int64_t len = part.end - part.begin;
+    if (part.by_rows) {
+      gemm_block(ta, tb, len, n, k, a + part.begin * (ta ? 1 : k), lda, b, ldb, beta,
+                 c + part.begin * n, n);
+    } else {
+      gemm_block(ta, tb, m, len, k, a, lda, b + part.begin * (tb ? k : 1), ldb, beta,
+                 c + part.begin, n);
+    }
+  });
+}
+
+// The threads a product gets: the option, else the last set_blas_threads value, else every core.
+int product_threads(const MatmulOptions& options) {
+  if (options.blas_threads > 0) return options.blas_threads;
+  const int set = last_blas_threads.load(std::memory_order_relaxed);
+  if (set > 0) return set;
+  static const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return cores;
 }
 
 // c (+)= a x b over all batches with gemm; beta 0 overwrites, 1 accumulates.
 template <typename T>
 void float_matmul(const MatmulShape& s, const Tensor& a, const Tensor& b, bool ta, bool tb, T beta,
-                  Tensor& out) {
+                  Tensor& out, int threads) {
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
   T* pc = out.data<T>();
@@ -124,13 +168,13 @@ void float_matmul(const MatmulShape& s, const Tensor& a, const Tensor& b, bool t
     return true;
   }();
   if (batches > 1 && b_shared && a_stacked && !ta && batches * s.m <= INT_MAX) {
-    gemm(false, tb, batches * s.m, s.n, s.k, pa, pb, beta, pc);
+    gemm(false, tb, batches * s.m, s.n, s.k, pa, pb, beta, pc, threads);
     return;
   }
   for (int64_t i = 0; i < batches; ++i) {
     const T* ai = pa + s.a_batch_index[static_cast<size_t>(i)] * s.m * s.k;
     const T* bi = pb + s.b_batch_index[static_cast<size_t>(i)] * s.k * s.n;
-    gemm(ta, tb, s.m, s.n, s.k, ai, bi, beta, pc + i * s.m * s.n);
+    gemm(ta, tb, s.m, s.n, s.k, ai, bi, beta, pc + i * s.m * s.n, threads);
   }
 }
 
@@ -180,27 +224,6 @@ void integer_matmul(const MatmulShape& s, const Tensor& a, const Tensor& b, bool
   }
 }
 
-std::mutex& blas_mutex() {
-  static std::mutex mu;
-  return mu;
-}
-// Written under blas_mutex(); oneDNN calls read it without the lock.
-std::atomic<int> last_blas_threads{0};
-
-void apply_threads(const MatmulOptions& options) {
-  if (options.blas_threads > 0) set_blas_threads(options.blas_threads);
-}
-
-// The threads a oneDNN call gets: the option, else the last set_blas_threads value, else every
-// core.
-int onednn_threads(const MatmulOptions& options) {
-  if (options.blas_threads > 0) return options.blas_threads;
-  const int set = last_blas_threads.load(std::memory_order_relaxed);
-  if (set > 0) return set;
-  static const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return cores;
-}
-
 // Which backend runs an f32/bf16 product, from bench/matmul (oneDNN vs OpenBLAS GFLOP/s, both
 // called directly, alternating in one run; 2-core AVX-512 host, 2026-11-24, while others built,
 // so to be remeasured on a quiet machine). oneDNN won every seed-step shape but one, 1 thread:
@@ -231,7 +254,7 @@ bool use_onednn(const MatmulShape& s, const MatmulOptions& options) {
 bool onednn_matmul(const MatmulShape& s, const Tensor& a, const Tensor& b,
                    const MatmulOptions& options, const onednn::Epilogue& epilogue, Tensor& out) {
   float* pc = out.data<float>();
-  const int threads = onednn_threads(options);
+  const int threads = product_threads(options);
   const auto* pa = static_cast<const char*>(a.raw_data());
   const auto* pb = static_cast<const char*>(b.raw_data());
   const int64_t esize = static_cast<int64_t>(dtype_size(a.dtype()));
@@ -261,11 +284,7 @@ void set_blas_threads(int n) {
   if (n < 1) {
     throw_error<InvalidArgumentError>("set_blas_threads", "thread count must be >= 1, got {}", n);
   }
-  std::lock_guard<std::mutex> lock(blas_mutex());
-  if (n != last_blas_threads.load(std::memory_order_relaxed)) {
-    openblas_set_num_threads(n);
-    last_blas_threads.store(n, std::memory_order_relaxed);
-  }
+  last_blas_threads.store(n, std::memory_order_relaxed);
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
@@ -276,18 +295,19 @@ Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
       return a.dtype() == DType::kBF16 ? internal::f32_to_bf16(out) : out;
     }
   }
-  apply_threads(options);
+  const int threads = product_threads(options);
   const bool ta = options.transpose_a, tb = options.transpose_b;
   if (a.dtype() == DType::kBF16) {
     Tensor out = Tensor::empty(s.out, DType::kF32, a.device());
-    float_matmul<float>(s, internal::bf16_to_f32(a), internal::bf16_to_f32(b), ta, tb, 0.0f, out);
+    float_matmul<float>(s, internal::bf16_to_f32(a), internal::bf16_to_f32(b), ta, tb, 0.0f, out,
+                        threads);
     return internal::f32_to_bf16(out);
   }
   Tensor out = Tensor::empty(s.out, a.dtype(), a.device());
   internal::visit_numeric(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<T>) {
-      float_matmul<T>(s, a, b, ta, tb, T{0}, out);
+      float_matmul<T>(s, a, b, ta, tb, T{0}, out, threads);
     } else {
       integer_matmul<T>(s, a, b, ta, tb, out);
     }
@@ -307,29 +327,23 @@ void matmul_accumulate(const Tensor& a, const Tensor& b, Tensor& out,
     accumulate.accumulate = true;
     if (onednn_matmul(s, a, b, options, accumulate, out)) return;
   }
-  apply_threads(options);
+  const int threads = product_threads(options);
   const bool ta = options.transpose_a, tb = options.transpose_b;
   if (mixed) {
-    float_matmul<float>(s, internal::bf16_to_f32(a), internal::bf16_to_f32(b), ta, tb, 1.0f, out);
+    float_matmul<float>(s, internal::bf16_to_f32(a), internal::bf16_to_f32(b), ta, tb, 1.0f, out,
+                        threads);
     return;
   }
   internal::visit_float(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    float_matmul<T>(s, a, b, ta, tb, T{1}, out);
+    float_matmul<T>(s, a, b, ta, tb, T{1}, out, threads);
   });
 }
 
 Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
              std::optional<UnaryOp> activation, const MatmulOptions& options) {
   const MatmulShape s = matmul_shape("dense", x, w, options);
-  if (bias != nullptr && bias->dtype() != x.dtype()) {
-    throw_error<DTypeError>("dense", "bias {} does not match output {}{}", describe(*bias),
-                            dtype_name(x.dtype()), shape_to_string(s.out));
-  }
-  if (bias != nullptr && bias->shape() != Shape{s.n}) {
-    throw_error<ShapeError>("dense", "bias {} does not match output {}{}", describe(*bias),
-                            dtype_name(x.dtype()), shape_to_string(s.out));
-  }
+  checks::dense_bias(x, bias, s.out);
   if (activation && !internal::unary_supports(*activation, x.dtype())) {
     throw_error<DTypeError>("dense", "activation {} does not support {}: {} x {}",
                             unary_op_name(*activation), dtype_name(x.dtype()),
@@ -352,7 +366,7 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
     return internal::f32_to_bf16(dense(internal::bf16_to_f32(x), internal::bf16_to_f32(w),
                                        bias ? &fb : nullptr, activation, options));
   }
-  apply_threads(options);
+  const int threads = product_threads(options);
   const bool ta = options.transpose_a, tb = options.transpose_b;
   Tensor out = Tensor::empty(s.out, x.dtype(), x.device());
   const int64_t rows = num_elements(s.out) / std::max<int64_t>(s.n, 1);
@@ -365,7 +379,7 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
         const T* pb = bias->data<T>();
         for (int64_t r = 0; r < rows; ++r) std::copy(pb, pb + s.n, po + r * s.n);
       }
-      float_matmul<T>(s, x, w, ta, tb, bias != nullptr ? T{1} : T{0}, out);
+      float_matmul<T>(s, x, w, ta, tb, bias != nullptr ? T{1} : T{0}, out, threads);
     } else {
       integer_matmul<T>(s, x, w, ta, tb, out);
       if (bias != nullptr) {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/thread_pool.h"
+#include "kernels/cpu/gemm_blocks.h"
 
 namespace dtensor::kernels::cpu::onednn {
 namespace {
@@ -193,73 +193,49 @@ void execute(Entry& entry, dnnl::stream& stream, const void* a, const void* b, c
   if (status != dnnl_success) std::abort();
 }
 
-// One product split into `blocks` blocks of rows (or of columns, when c is wider than tall), each
-// run by one single-threaded primitive on the thread that picks it up.
-struct BlockSplit {
-  const GemmShape& shape;
-  const Epilogue& epilogue;
-  const Key& whole;
-  const void* a;
-  const void* b;
-  float* c;
-  int64_t blocks;
-
-  void run(int64_t i) const {
-    use_one_omp_thread();
-    const bool by_rows = shape.m >= shape.n;
-    const int64_t extent = by_rows ? shape.m : shape.n;
-    const int64_t begin = extent * i / blocks, end = extent * (i + 1) / blocks;
-    const size_t esize = shape.operands == DType::kBF16 ? 2 : 4;
-    const size_t bias_size = epilogue.bias_dtype == DType::kBF16 ? 2 : 4;
-    Key key = whole;
-    key.accept_reference = true;
-    const char* pa = static_cast<const char*>(a);
-    const char* pb = static_cast<const char*>(b);
-    const char* pbias = static_cast<const char*>(epilogue.bias);
-    float* pc = c;
-    if (by_rows) {
-      key.m = end - begin;
-      pa += static_cast<size_t>(begin * (shape.transpose_a ? 1 : shape.k)) * esize;
-      pc += begin * shape.n;
-    } else {
-      key.n = end - begin;
-      pb += static_cast<size_t>(begin * (shape.transpose_b ? shape.k : 1)) * esize;
-      pc += begin;
-      if (pbias != nullptr) pbias += static_cast<size_t>(begin) * bias_size;
-    }
-    Cache& mine = thread_cache();
-    Entry& block = mine.get(key);
-    if (!block.usable) std::abort();  // the whole product has a kernel, so its blocks do
-    execute(block, mine.stream(), pa, pb, pbias, pc);
+// Runs `block` of the product (the whole one, or a part of it cut by run_gemm_blocks) with one
+// single-threaded primitive on the calling thread.
+void run_block(const GemmShape& shape, const Epilogue& epilogue, const Key& whole,
+               const GemmBlock& part, const void* a, const void* b, float* c) {
+  use_one_omp_thread();
+  Cache& mine = thread_cache();
+  const bool all = part.begin == 0 && part.end == (part.by_rows ? shape.m : shape.n);
+  if (all) {
+    execute(mine.get(whole), mine.stream(), a, b, epilogue.bias, c);
+    return;
   }
-};
-
-// Below this many flops per block, waking the pool costs more than a second thread saves.
-constexpr double kSplitFlops = 4e6;
+  const size_t esize = shape.operands == DType::kBF16 ? 2 : 4;
+  const size_t bias_size = epilogue.bias_dtype == DType::kBF16 ? 2 : 4;
+  Key key = whole;
+  key.accept_reference = true;
+  const char* pa = static_cast<const char*>(a);
+  const char* pb = static_cast<const char*>(b);
+  const char* pbias = static_cast<const char*>(epilogue.bias);
+  float* pc = c;
+  if (part.by_rows) {
+    key.m = part.end - part.begin;
+    pa += static_cast<size_t>(part.begin * (shape.transpose_a ? 1 : shape.k)) * esize;
+    pc += part.begin * shape.n;
+  } else {
+    key.n = part.end - part.begin;
+    pb += static_cast<size_t>(part.begin * (shape.transpose_b ? shape.k : 1)) * esize;
+    pc += part.begin;
+    if (pbias != nullptr) pbias += static_cast<size_t>(part.begin) * bias_size;
+  }
+  Entry& block = mine.get(key);
+  if (!block.usable) std::abort();  // the whole product has a kernel, so its blocks do
+  execute(block, mine.stream(), pa, pb, pbias, pc);
+}
 
 }  // namespace
 
 bool gemm(const GemmShape& shape, const Epilogue& epilogue, const void* a, const void* b, float* c,
           int threads) {
   use_one_omp_thread();
-  Cache& cache = thread_cache();
   const Key whole = make_key(shape, epilogue);
-  Entry& entry = cache.get(whole);
-  if (!entry.usable) return false;
-  const double flops = 2.0 * static_cast<double>(shape.m) * static_cast<double>(shape.n) *
-                       static_cast<double>(shape.k);
-  ThreadPool& pool = ThreadPool::global();
-  const int64_t blocks =
-      std::min<int64_t>({threads, pool.num_threads(), static_cast<int64_t>(flops / kSplitFlops),
-                         std::max(shape.m, shape.n)});
-  if (blocks <= 1 || ThreadPool::in_worker()) {
-    execute(entry, cache.stream(), a, b, epilogue.bias, c);
-    return true;
-  }
-  // Blocks of rows of c (rows of a) or, when c is wider than tall, of columns (columns of b).
-  const BlockSplit split{shape, epilogue, whole, a, b, c, blocks};
-  // One captured reference: std::function keeps it inline, so the call allocates nothing.
-  pool.parallel_for(blocks, [&split](int64_t i) { split.run(i); });
+  if (!thread_cache().get(whole).usable) return false;
+  run_gemm_blocks(shape.m, shape.n, shape.k, threads,
+                  [&](const GemmBlock& part) { run_block(shape, epilogue, whole, part, a, b, c); });
   return true;
 }
 

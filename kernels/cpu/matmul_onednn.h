@@ -10,11 +10,11 @@
 // remembers that and gemm returns false, so the caller uses OpenBLAS.
 //
 // Threads: oneDNN here is built on OpenMP, and libgomp's idle team threads spin after every
-// parallel call (the wait policy is fixed when the library loads), taking the cores from the
-// thread pool that runs the next op. So every primitive runs on one OpenMP thread
-// (omp_set_num_threads(1), a per-thread setting), and a product worth `threads` threads is split
-// into that many blocks of rows (or columns) run on ThreadPool::global(), the caller included.
-// Called from inside a pool task, a product runs whole on the calling thread.
+// parallel call, taking the cores from the thread pool that runs the next op. So every primitive
+// runs on one OpenMP thread (omp_set_num_threads(1), a per-thread setting), and a product worth
+// `threads` threads is split into blocks of rows (or columns) run on ThreadPool::global(), the
+// caller included (kernels/cpu/gemm_blocks.h, shared with the OpenBLAS half). Called from inside
+// a pool task, a product runs whole on the calling thread.
 //
 // Thread-safe: different threads may call gemm concurrently.
 #pragma once

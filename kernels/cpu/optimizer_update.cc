@@ -1,7 +1,7 @@
 // The optimizers' fused updates in host memory: the CPU half of kernels/optimizer_update.h.
 #include <cmath>
 
-#include "kernels/cpu/cpu_optimizer_update.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "runtime/thread_pool.h"
 #include "runtime/vector_clones.h"
 

@@ -2,7 +2,6 @@
 // every dtype through unsigned integer types of the element's size.
 #include <algorithm>
 #include <cstring>
-#include <string>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/internal.h"
@@ -10,8 +9,6 @@
 
 namespace dtensor::kernels::cpu {
 namespace {
-
-using internal::describe;
 
 struct Dim {
   int64_t size;
@@ -61,20 +58,8 @@ void transpose_tile(const U* __restrict in, U* __restrict out, int64_t rows_a, i
 }  // namespace
 
 Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm) {
-  const int64_t rank = x.rank();
-  std::vector<bool> seen(static_cast<size_t>(rank), false);
-  bool valid = static_cast<int64_t>(perm.size()) == rank;
-  for (size_t i = 0; valid && i < perm.size(); ++i) {
-    valid = perm[i] >= 0 && perm[i] < rank && !seen[static_cast<size_t>(perm[i])];
-    if (valid) seen[static_cast<size_t>(perm[i])] = true;
-  }
-  if (!valid) {
-    throw_error<InvalidArgumentError>("transpose",
-                                      "perm [{}] is not a permutation of the axes of {}",
-                                      fmt::join(perm, ","), describe(x));
-  }
-  Shape out_shape(perm.size());
-  for (size_t i = 0; i < perm.size(); ++i) out_shape[i] = x.shape()[static_cast<size_t>(perm[i])];
+  DTENSOR_CHECK(static_cast<int64_t>(perm.size()) == x.rank());  // checks::transpose
+  const Shape out_shape = checks::transposed_shape(x.shape(), perm);
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
   if (out.num_elements() == 0) return out;
   const std::vector<int64_t> in_strides = row_major_strides(x.shape());
@@ -130,26 +115,12 @@ Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm) {
 }
 
 Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
-  if (xs.empty()) throw_error<InvalidArgumentError>("concat", "needs at least one tensor");
+  DTENSOR_CHECK(!xs.empty());  // checks::concat
   const Tensor& first = xs.front();
-  if (first.rank() == 0) {
-    throw_error<ShapeError>("concat", "cannot concatenate scalars: {}", describe(first));
-  }
   const int64_t ax = internal::normalize_axis("concat", axis, first);
   Shape out_shape = first.shape();
   out_shape[static_cast<size_t>(ax)] = 0;
-  for (const Tensor& x : xs) {
-    if (x.dtype() != first.dtype()) {
-      throw_error<DTypeError>("concat", "dtypes differ: {} vs {}", describe(first), describe(x));
-    }
-    bool same = x.rank() == first.rank();
-    for (int64_t d = 0; same && d < x.rank(); ++d) same = d == ax || x.dim(d) == first.dim(d);
-    if (!same) {
-      throw_error<ShapeError>("concat", "shapes differ outside axis {}: {} vs {}", ax,
-                              describe(first), describe(x));
-    }
-    out_shape[static_cast<size_t>(ax)] += x.dim(ax);
-  }
+  for (const Tensor& x : xs) out_shape[static_cast<size_t>(ax)] += x.dim(ax);
   Tensor out = Tensor::empty(out_shape, first.dtype(), first.device());
   if (out.num_elements() == 0) return out;
   const internal::AxisView view = internal::view_around_axis(out_shape, ax);
@@ -166,43 +137,17 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
 }
 
 Tensor slice(const Tensor& x, const std::vector<int64_t>& begin, const Shape& size) {
-  const int64_t rank = x.rank();
-  if (static_cast<int64_t>(begin.size()) != rank || static_cast<int64_t>(size.size()) != rank) {
-    throw_error<InvalidArgumentError>("slice", "begin [{}] and size {} do not match the rank of {}",
-                                      fmt::join(begin, ","), shape_to_string(size), describe(x));
-  }
-  Shape extent(size.size());
-  for (int64_t d = 0; d < rank; ++d) {
-    const size_t i = static_cast<size_t>(d);
-    const bool begin_ok = begin[i] >= 0 && begin[i] <= x.dim(d);
-    extent[i] = size[i] == -1 && begin_ok ? x.dim(d) - begin[i] : size[i];
-    if (!begin_ok || extent[i] < 0 || begin[i] + extent[i] > x.dim(d)) {
-      throw_error<InvalidArgumentError>("slice", "box at [{}] of size {} does not fit {}",
-                                        fmt::join(begin, ","), shape_to_string(size), describe(x));
-    }
-  }
+  DTENSOR_CHECK(static_cast<int64_t>(begin.size()) == x.rank());  // checks::slice
+  const Shape extent = checks::slice_extent(x.shape(), begin, size);
   return slice_box(x, begin, extent);
 }
 
 Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& paddings,
            double value) {
-  auto paddings_string = [&] {
-    std::string s;
-    for (const auto& [lo, hi] : paddings)
-      s += fmt::format("{}({},{})", s.empty() ? "" : ",", lo, hi);
-    return "[" + s + "]";
-  };
-  if (static_cast<int64_t>(paddings.size()) != x.rank()) {
-    throw_error<InvalidArgumentError>("pad", "paddings {} do not match the rank of {}",
-                                      paddings_string(), describe(x));
-  }
+  DTENSOR_CHECK(static_cast<int64_t>(paddings.size()) == x.rank());  // checks::pad
   Shape out_shape = x.shape();
   std::vector<int64_t> begin(paddings.size());
   for (size_t d = 0; d < paddings.size(); ++d) {
-    if (paddings[d].first < 0 || paddings[d].second < 0) {
-      throw_error<InvalidArgumentError>("pad", "paddings {} must be non-negative for {}",
-                                        paddings_string(), describe(x));
-    }
     out_shape[d] += paddings[d].first + paddings[d].second;
     begin[d] = paddings[d].first;
   }

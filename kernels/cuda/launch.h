@@ -14,9 +14,10 @@
 
 namespace dtensor::kernels::cuda_launch {
 
-// Op codes: the values of kernels::UnaryOp and BinaryOp and of dtensor::ReduceOp as int, spelled
-// out for nvcc (which reads no runtime/ or kernels/ header); kernels/cuda/elementwise.cc
-// static_asserts every value against the enums.
+// Op codes: the values of kernels::UnaryOp, BinaryOp and ReduceKind, of dtensor::ReduceOp and of
+// RandomDistribution as int, spelled out for nvcc (which reads no runtime/ or kernels/ header);
+// the host files that pass them (kernels/cuda/elementwise.cc, nn.cc, memory.cc) static_assert
+// every value against the enums. The .cu files name every code from here, never a bare int.
 namespace unary_op {
 enum : int {
   kNeg,
@@ -56,6 +57,16 @@ enum : int {
 namespace reduce_op {
 enum : int { kSumOp, kMaxOp, kMinOp };
 }  // namespace reduce_op
+namespace reduce_kind {
+enum : int { kSum, kMean, kMax, kMin, kProd };
+}  // namespace reduce_kind
+namespace random_kind {
+enum : int { kUniform, kNormal, kTruncatedNormal };
+}  // namespace random_kind
+// softmax's modes (no host enum: the host side names them from here too).
+namespace softmax_mode {
+enum : int { kSoftmax, kLogSoftmax, kLogSumExp };
+}  // namespace softmax_mode
 
 void unary(int op, int dtype, const void* x, void* y, int64_t n, cudaStream_t stream);
 // out[i] = op(a[ia(i)], b[ib(i)]); comparisons write bool.
@@ -79,14 +90,14 @@ void reduce_tree(int reduce_op, int dtype, void* acc, const void* const* inputs,
                  int64_t n, cudaStream_t stream);
 
 // Reduction of x (viewed through `in`, whose last `reduced_rank` dims are the reduced ones and the
-// others the kept ones) into `outputs` elements; kind: ReduceKind codes.
+// others the kept ones) into `outputs` elements; kind: a reduce_kind code.
 void reduce(int kind, int dtype, const void* x, const StridedIndex& kept,
             const StridedIndex& reduced, void* out, int64_t outputs, int64_t per_output,
             cudaStream_t stream);
 // x viewed as [outer, n, inner]; out [outer, inner] of i64.
 void arg_reduce(bool is_max, int dtype, const void* x, int64_t outer, int64_t n, int64_t inner,
                 void* out, cudaStream_t stream);
-// mode: 0 softmax, 1 log_softmax, 2 logsumexp (out [outer, inner]).
+// mode: a softmax_mode code (logsumexp: out [outer, inner]).
 void softmax(int mode, int dtype, const void* x, int64_t outer, int64_t n, int64_t inner, void* out,
              cudaStream_t stream);
 void softmax_shift(int dtype, const void* max, void* out, int64_t n, cudaStream_t stream);
@@ -115,7 +126,7 @@ void scatter_add(int dtype, const void* updates, int64_t outer, int64_t axis_n, 
                  int index_dtype, const void* indices, int64_t count, void* out, int64_t* bad_index,
                  cudaStream_t stream);
 
-// out[r, c] += bias[c] then the activation (UnaryOp code, or -1) in place, rows x cols.
+// out[r, c] += bias[c] then the activation (a unary_op code, or -1) in place, rows x cols.
 void bias_activation(int dtype, void* out, const void* bias, int64_t rows, int64_t cols,
                      int activation, cudaStream_t stream);
 // Integer matmul (wrapping): a [batch, m, k] x b [batch, k, n] with batch strides (0 = broadcast).
@@ -123,7 +134,7 @@ void int_matmul(int dtype, const void* a, int64_t a_batch_stride, bool ta, const
                 int64_t b_batch_stride, bool tb, void* out, int64_t batch, int64_t m, int64_t n,
                 int64_t k, bool accumulate, cudaStream_t stream);
 
-// Philox fill of a shard: `kind` 0 uniform, 1 normal, 2 truncated normal; a and b as RandomSpec
+// Philox fill of a shard: `kind` a random_kind code; a and b as RandomSpec
 // after the CPU's validation (lo, scale, below_hi for uniform reals; lo, range for integers).
 struct RandomParams {
   int kind;

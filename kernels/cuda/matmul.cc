@@ -176,14 +176,7 @@ void matmul_accumulate(const Tensor& a, const Tensor& b, Tensor& out,
 Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
              std::optional<UnaryOp> activation, const MatmulOptions& options) {
   const Geometry g = geometry("dense", x, w, options);
-  if (bias != nullptr && bias->dtype() != x.dtype()) {
-    throw_error<DTypeError>("dense", "bias {} does not match output {}{}", describe(*bias),
-                            dtype_name(x.dtype()), shape_to_string(g.out));
-  }
-  if (bias != nullptr && bias->shape() != Shape{g.n}) {
-    throw_error<ShapeError>("dense", "bias {} does not match output {}{}", describe(*bias),
-                            dtype_name(x.dtype()), shape_to_string(g.out));
-  }
+  checks::dense_bias(x, bias, g.out);
   Tensor out = Tensor::empty(g.out, x.dtype(), x.device());
   gemm("dense", g, x, options.transpose_a, w, options.transpose_b, out, 0.0);
   const bool fused = x.dtype() == DType::kF32 || x.dtype() == DType::kF64;
@@ -194,7 +187,7 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
       cuda_launch::bias_activation(
           code(x.dtype()), out.raw_data(), bias ? bias->raw_data() : nullptr,
           num_elements(g.out) / std::max<int64_t>(1, g.n), g.n,
-          relu ? static_cast<int>(UnaryOp::kRelu) : -1, stream_of(x, "dense"));
+          relu ? cuda_launch::unary_op::kRelu : -1, stream_of(x, "dense"));
     }
     return out;
   }

@@ -13,6 +13,13 @@ namespace dtensor::kernels::gpu {
 
 using namespace cuda_internal;
 
+// The distribution codes the Philox launcher takes (launch.h) are RandomDistribution's values.
+static_assert(cuda_launch::random_kind::kUniform ==
+              static_cast<int>(RandomDistribution::kUniform));
+static_assert(cuda_launch::random_kind::kNormal == static_cast<int>(RandomDistribution::kNormal));
+static_assert(cuda_launch::random_kind::kTruncatedNormal ==
+              static_cast<int>(RandomDistribution::kTruncatedNormal));
+
 void copy_box_elements(const Tensor& src, const std::vector<int64_t>& src_begin, Tensor& dst,
                        const std::vector<int64_t>& dst_begin, const Shape& extent) {
   const char* op = "copy_box";

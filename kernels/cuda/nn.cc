@@ -10,6 +10,13 @@ namespace dtensor::kernels::gpu {
 
 using namespace cuda_internal;
 
+// The reduction codes the launchers take (launch.h) are ReduceKind's values.
+static_assert(cuda_launch::reduce_kind::kSum == static_cast<int>(ReduceKind::kSum));
+static_assert(cuda_launch::reduce_kind::kMean == static_cast<int>(ReduceKind::kMean));
+static_assert(cuda_launch::reduce_kind::kMax == static_cast<int>(ReduceKind::kMax));
+static_assert(cuda_launch::reduce_kind::kMin == static_cast<int>(ReduceKind::kMin));
+static_assert(cuda_launch::reduce_kind::kProd == static_cast<int>(ReduceKind::kProd));
+
 namespace {
 
 struct AxisView {
@@ -100,7 +107,7 @@ Tensor softmax_op(const char* op, int mode, const Tensor& x, int64_t axis, bool 
   const int64_t ax = normalize_axis(op, axis, x);
   if (x.dtype() == DType::kBF16) return to_bf16(softmax_op(op, mode, to_f32(x), axis, keepdims));
   const AxisView v = around(x.shape(), ax);
-  Tensor out = Tensor::empty(mode == 2 ? reduced_shape(x.shape(), ax, keepdims) : x.shape(),
+  Tensor out = Tensor::empty(mode == cuda_launch::softmax_mode::kLogSumExp ? reduced_shape(x.shape(), ax, keepdims) : x.shape(),
                              x.dtype(), x.device());
   cuda_launch::softmax(mode, code(x.dtype()), x.raw_data(), v.outer, v.n, v.inner, out.raw_data(),
                        stream_of(x, op));
@@ -117,14 +124,14 @@ Tensor argmin(const Tensor& x, int64_t axis, bool keepdims) {
   return arg_reduce("argmin", false, x, axis, keepdims);
 }
 
-Tensor softmax(const Tensor& x, int64_t axis) { return softmax_op("softmax", 0, x, axis, false); }
+Tensor softmax(const Tensor& x, int64_t axis) { return softmax_op("softmax", cuda_launch::softmax_mode::kSoftmax, x, axis, false); }
 
 Tensor log_softmax(const Tensor& x, int64_t axis) {
-  return softmax_op("log_softmax", 1, x, axis, false);
+  return softmax_op("log_softmax", cuda_launch::softmax_mode::kLogSoftmax, x, axis, false);
 }
 
 Tensor logsumexp(const Tensor& x, int64_t axis, bool keepdims) {
-  return softmax_op("logsumexp", 2, x, axis, keepdims);
+  return softmax_op("logsumexp", cuda_launch::softmax_mode::kLogSumExp, x, axis, keepdims);
 }
 
 Tensor softmax_shift(const Tensor& max) {

@@ -13,7 +13,7 @@
 namespace dtensor::kernels::cuda_launch {
 namespace {
 
-enum { kSum, kMean, kMax, kMin, kProd };  // ReduceKind codes
+using namespace reduce_kind;
 
 // The accumulator of a reduction: floats accumulate in f64 (kernels.h), integers in i64 with
 // wrapping, bool as bool.
@@ -161,12 +161,12 @@ __global__ void softmax_kernel(int mode, const T* x, int64_t outer, int64_t n, i
     T shift;
     double sum;
     row_stats(row, n, inner, shift, sum);
-    if (mode == 2) {
+    if (mode == softmax_mode::kLogSumExp) {
       out[p] = shift + static_cast<T>(log(sum));
       continue;
     }
     T* y = out + o * n * inner + i;
-    if (mode == 0) {
+    if (mode == softmax_mode::kSoftmax) {
       const T f = static_cast<T>(1.0 / sum);
       for (int64_t r = 0; r < n; ++r) y[r * inner] = exp(row[r * inner] - shift) * f;
     } else {
@@ -334,7 +334,7 @@ __global__ void bias_act_kernel(T* out, const T* bias, int64_t rows, int64_t col
   DTENSOR_FOR_EACH(p, rows * cols) {
     T v = out[p];
     if (bias != nullptr) v += bias[p % cols];
-    if (act == 7) v = max_nan(v, T(0));  // relu
+    if (act == unary_op::kRelu) v = max_nan(v, T(0));
     out[p] = v;
   }
 }

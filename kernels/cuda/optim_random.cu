@@ -93,7 +93,7 @@ __global__ void random_kernel(T* out, StridedIndex global, int64_t n, RandomPara
       const uint64_t step = p.irange == 0 ? r : __umul64hi(r, p.irange);
       out[i] = static_cast<int64_t>(static_cast<uint64_t>(p.ilo) + step);
     } else if constexpr (std::is_same_v<T, double>) {
-      if (p.kind == 0) {
+      if (p.kind == random_kind::kUniform) {
         const PhiloxBlock w = element_draw(g, 0, p.key);
         out[i] = fmin(__dadd_rn(p.p0, __dmul_rn(p.p1, unit_f64(w.v[0], w.v[1]))), p.p2);
       } else {
@@ -101,12 +101,12 @@ __global__ void random_kernel(T* out, StridedIndex global, int64_t n, RandomPara
         uint32_t retry = 0;
         do {
           z = standard_normal(element_draw(g, retry++, p.key), 0.0);
-        } while (p.kind == 2 && fabs(z) > 2.0);
+        } while (p.kind == random_kind::kTruncatedNormal && fabs(z) > 2.0);
         out[i] = __dadd_rn(p.p0, __dmul_rn(p.p1, z));
       }
     } else {  // float and bf16 compute in f32
       float v;
-      if (p.kind == 0) {
+      if (p.kind == random_kind::kUniform) {
         const float lo = static_cast<float>(p.p0), scale = static_cast<float>(p.p1);
         v = fminf(__fadd_rn(lo, __fmul_rn(scale, unit_f32(packed_word(g, p.key)))),
                   static_cast<float>(p.p2));
@@ -115,7 +115,7 @@ __global__ void random_kernel(T* out, StridedIndex global, int64_t n, RandomPara
         uint32_t retry = 0;
         do {
           z = standard_normal(element_draw(g, retry++, p.key), 0.0f);
-        } while (p.kind == 2 && fabsf(z) > 2.0f);
+        } while (p.kind == random_kind::kTruncatedNormal && fabsf(z) > 2.0f);
         v = __fadd_rn(static_cast<float>(p.p0), __fmul_rn(static_cast<float>(p.p1), z));
       }
       if constexpr (std::is_same_v<T, Bf16>) {

@@ -39,12 +39,6 @@ Rows rows_around(const Shape& shape, int64_t axis) {
   return r;
 }
 
-void check_indices(const char* op, const Tensor& indices) {
-  if (indices.dtype() != DType::kI32 && indices.dtype() != DType::kI64) {
-    throw_error<DTypeError>(op, "indices must be i32 or i64, got {}", describe(indices));
-  }
-}
-
 [[noreturn]] void throw_bad_index(const char* op, const Tensor& indices, int64_t position,
                                   int64_t size) {
   int64_t value = 0;
@@ -59,20 +53,9 @@ void check_indices(const char* op, const Tensor& indices) {
 }  // namespace
 
 Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm) {
-  const char* op = "transpose";
-  const int64_t rank = x.rank();
-  std::vector<bool> seen(static_cast<size_t>(rank), false);
-  bool valid = static_cast<int64_t>(perm.size()) == rank;
-  for (size_t i = 0; valid && i < perm.size(); ++i) {
-    valid = perm[i] >= 0 && perm[i] < rank && !seen[static_cast<size_t>(perm[i])];
-    if (valid) seen[static_cast<size_t>(perm[i])] = true;
-  }
-  if (!valid) {
-    throw_error<InvalidArgumentError>(op, "perm is not a permutation of the dims of {}",
-                                      describe(x));
-  }
-  Shape shape(static_cast<size_t>(rank));
-  for (size_t i = 0; i < perm.size(); ++i) shape[i] = x.shape()[static_cast<size_t>(perm[i])];
+  const char* op = "transpose";  // checked by the front: checks::transpose
+  DTENSOR_CHECK(static_cast<int64_t>(perm.size()) == x.rank());
+  const Shape shape = checks::transposed_shape(x.shape(), perm);
   Tensor y = Tensor::empty(shape, x.dtype(), x.device());
   StridedIndex from = contiguous(shape, op);
   const std::vector<int64_t> xs = strides_of(x.shape());
@@ -84,26 +67,13 @@ Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm) {
 }
 
 Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
-  const char* op = "concat";
+  const char* op = "concat";  // checked by the front: checks::concat
+  DTENSOR_CHECK(!xs.empty());
   const Tensor& first = xs.front();
   const int64_t ax = normalize_axis(op, axis, first);
   Shape shape = first.shape();
   shape[static_cast<size_t>(ax)] = 0;
-  for (const Tensor& x : xs) {
-    Shape other = x.shape();
-    if (x.dtype() != first.dtype() || x.rank() != first.rank()) {
-      throw_error<ShapeError>(op, "inputs {} and {} do not concatenate", describe(first),
-                              describe(x));
-    }
-    other[static_cast<size_t>(ax)] = 0;
-    Shape mine = first.shape();
-    mine[static_cast<size_t>(ax)] = 0;
-    if (other != mine) {
-      throw_error<ShapeError>(op, "inputs {} and {} differ outside axis {}", describe(first),
-                              describe(x), axis);
-    }
-    shape[static_cast<size_t>(ax)] += x.shape()[static_cast<size_t>(ax)];
-  }
+  for (const Tensor& x : xs) shape[static_cast<size_t>(ax)] += x.shape()[static_cast<size_t>(ax)];
   Tensor out = Tensor::empty(shape, first.dtype(), first.device());
   std::vector<int64_t> begin(shape.size(), 0);
   for (const Tensor& x : xs) {
@@ -114,20 +84,9 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
 }
 
 Tensor slice(const Tensor& x, const std::vector<int64_t>& begin, const Shape& size) {
-  const char* op = "slice";
-  if (static_cast<int64_t>(begin.size()) != x.rank() ||
-      static_cast<int64_t>(size.size()) != x.rank()) {
-    throw_error<InvalidArgumentError>(op, "begin and size need {} entries for {}", x.rank(),
-                                      describe(x));
-  }
-  Shape extent = size;
-  for (size_t d = 0; d < extent.size(); ++d) {
-    if (extent[d] == -1) extent[d] = x.shape()[d] - begin[d];
-    if (begin[d] < 0 || extent[d] < 0 || begin[d] + extent[d] > x.shape()[d]) {
-      throw_error<InvalidArgumentError>(op, "box at {} of size {} is outside {}", begin[d],
-                                        extent[d], describe(x));
-    }
-  }
+  const char* op = "slice";  // checked by the front: checks::slice
+  DTENSOR_CHECK(static_cast<int64_t>(begin.size()) == x.rank());
+  const Shape extent = checks::slice_extent(x.shape(), begin, size);
   Tensor y = Tensor::empty(extent, x.dtype(), x.device());
   if (y.num_elements() == 0) return y;
   StridedIndex from = contiguous(extent, op);
@@ -144,16 +103,11 @@ Tensor slice(const Tensor& x, const std::vector<int64_t>& begin, const Shape& si
 
 Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& paddings,
            double value) {
-  const char* op = "pad";
-  if (static_cast<int64_t>(paddings.size()) != x.rank()) {
-    throw_error<InvalidArgumentError>(op, "paddings need {} entries for {}", x.rank(), describe(x));
-  }
+  const char* op = "pad";  // checked by the front: checks::pad
+  DTENSOR_CHECK(static_cast<int64_t>(paddings.size()) == x.rank());
   Shape shape = x.shape();
   std::vector<int64_t> begin(shape.size());
   for (size_t d = 0; d < shape.size(); ++d) {
-    if (paddings[d].first < 0 || paddings[d].second < 0) {
-      throw_error<InvalidArgumentError>(op, "paddings must be >= 0 for {}", describe(x));
-    }
     shape[d] += paddings[d].first + paddings[d].second;
     begin[d] = paddings[d].first;
   }
@@ -164,13 +118,10 @@ Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& padd
 }
 
 Tensor gather(const Tensor& params, const Tensor& indices, int64_t axis) {
-  const char* op = "gather";
-  check_indices(op, indices);
+  const char* op = "gather";  // checked by the front: checks::gather
   const int64_t ax = normalize_axis(op, axis, params);
   const Rows r = rows_around(params.shape(), ax);
-  Shape shape(params.shape().begin(), params.shape().begin() + ax);
-  shape.insert(shape.end(), indices.shape().begin(), indices.shape().end());
-  shape.insert(shape.end(), params.shape().begin() + ax + 1, params.shape().end());
+  const Shape shape = checks::gathered_shape(params.shape(), indices.shape(), ax);
   Tensor out = Tensor::empty(shape, params.dtype(), params.device());
   Tensor bad = make_flag(params);
   cuda_launch::gather(static_cast<int>(dtype_size(params.dtype())), params.raw_data(), r.outer, r.n,
@@ -182,23 +133,9 @@ Tensor gather(const Tensor& params, const Tensor& indices, int64_t axis) {
 }
 
 Tensor scatter_add(const Shape& shape, const Tensor& indices, const Tensor& updates, int64_t axis) {
-  const char* op = "scatter_add";
-  check_indices(op, indices);
-  if (updates.dtype() == DType::kBool) throw_unsupported(op, updates);
-  const int64_t rank = static_cast<int64_t>(shape.size());
-  if (axis < -rank || axis >= rank) {
-    throw_error<InvalidArgumentError>(op, "axis {} is out of range for {}", axis,
-                                      shape_to_string(shape));
-  }
-  const int64_t ax = axis < 0 ? axis + rank : axis;
-  Shape expected(shape.begin(), shape.begin() + ax);
-  expected.insert(expected.end(), indices.shape().begin(), indices.shape().end());
-  expected.insert(expected.end(), shape.begin() + ax + 1, shape.end());
-  if (updates.shape() != expected) {
-    throw_error<ShapeError>(op, "updates {} do not match {} with indices {} (expected {})",
-                            describe(updates), shape_to_string(shape), describe(indices),
-                            shape_to_string(expected));
-  }
+  const char* op = "scatter_add";  // checked by the front: checks::scatter_add
+  DTENSOR_CHECK(!shape.empty());
+  const int64_t ax = axis < 0 ? axis + static_cast<int64_t>(shape.size()) : axis;
   const Rows r = rows_around(shape, ax);
   Tensor out = Tensor::empty(shape, updates.dtype(), updates.device());
   Tensor bad = make_flag(updates);

@@ -53,65 +53,22 @@ struct Emulate<Fn> {
   }
 };
 
-// The front function `name` (kernels.h, runtime/element_loops.h, kernels/optimizer_update.h)
-// with the signature of the table entry of the same name.
-#define DTENSOR_EMULATE(name) \
-  table.name = &Emulate<static_cast<decltype(gpu::Table::name)>(&::dtensor::kernels::name)>::call;
-
 }  // namespace
 
+// Every kernel of the list (kernels/kernel_list.h): the front function of that name (kernels.h,
+// runtime/element_loops.h, kernels/optimizer_update.h) wrapped with the table entry's signature.
 void register_kernels() {
   gpu::Table& table = gpu::registered_table;
-  DTENSOR_EMULATE(unary)
-  DTENSOR_EMULATE(binary)
-  DTENSOR_EMULATE(scale)
-  DTENSOR_EMULATE(where)
-  DTENSOR_EMULATE(cast)
-  DTENSOR_EMULATE(broadcast_to)
-  DTENSOR_EMULATE(sum_to)
-  DTENSOR_EMULATE(matmul)
-  DTENSOR_EMULATE(matmul_accumulate)
-  DTENSOR_EMULATE(dense)
-  DTENSOR_EMULATE(reduce)
-  DTENSOR_EMULATE(argmax)
-  DTENSOR_EMULATE(argmin)
-  DTENSOR_EMULATE(softmax)
-  DTENSOR_EMULATE(log_softmax)
-  DTENSOR_EMULATE(logsumexp)
-  DTENSOR_EMULATE(softmax_shift)
-  DTENSOR_EMULATE(sparse_softmax_cross_entropy)
-  DTENSOR_EMULATE(sparse_softmax_cross_entropy_grad)
-  DTENSOR_EMULATE(one_hot)
-  DTENSOR_EMULATE(layer_norm)
-  DTENSOR_EMULATE(layer_norm_grad)
-  DTENSOR_EMULATE(transpose)
-  DTENSOR_EMULATE(concat)
-  DTENSOR_EMULATE(slice)
-  DTENSOR_EMULATE(gather)
-  DTENSOR_EMULATE(pad)
-  DTENSOR_EMULATE(scatter_add)
-  DTENSOR_EMULATE(copy_box_elements)
-  DTENSOR_EMULATE(reduce_range_elements)
-  DTENSOR_EMULATE(reduce_tensors_into)
-  DTENSOR_EMULATE(fill_value)
-  DTENSOR_EMULATE(fill_random)
-  DTENSOR_EMULATE(sgd_update)
-  DTENSOR_EMULATE(sgd_momentum_update)
-  DTENSOR_EMULATE(adam_update)
-  DTENSOR_EMULATE(conv2d)
-  DTENSOR_EMULATE(conv2d_backprop_input)
-  DTENSOR_EMULATE(conv2d_backprop_filter)
-  DTENSOR_EMULATE(max_pool2d)
-  DTENSOR_EMULATE(max_pool2d_grad)
-  DTENSOR_EMULATE(avg_pool2d)
-  DTENSOR_EMULATE(avg_pool2d_grad)
-  DTENSOR_EMULATE(local_response_normalization)
-  DTENSOR_EMULATE(local_response_normalization_grad)
+#define DTENSOR_EMULATE(ret, name, params, args, op, devices, check) \
+  table.name = &Emulate<static_cast<decltype(gpu::Table::name)>(&::dtensor::kernels::name)>::call;
+#define DTENSOR_KERNEL DTENSOR_EMULATE
+#define DTENSOR_ELEMENT_LOOP DTENSOR_EMULATE
+#define DTENSOR_OPTIMIZER_KERNEL DTENSOR_EMULATE
+#include "kernels/kernel_list.h"
+#undef DTENSOR_EMULATE
   table.copy_to_gpu = dtensor::emulated::to_device;
   table.copy_to_host = dtensor::emulated::to_host;
 }
-
-#undef DTENSOR_EMULATE
 
 namespace {
 

@@ -2,7 +2,8 @@
 // physical GPU's default memory pool, whose release threshold gpu_devices.cc raises so that freed
 // blocks stay cached in the pool. A free is ordered after the work already issued on the device's
 // stream, and the next allocation on that stream reuses the block without a device sync: the same
-// reuse a caching allocator gives, kept by the driver.
+// reuse a caching allocator gives, kept by the driver. An allocation that fails returns the
+// pool's cached blocks to the driver (cudaMemPoolTrimTo) and tries once more before it throws.
 #include "runtime/allocator.h"
 #include "runtime/gpu_backend.h"
 #include "runtime/cuda/cuda_check.h"
@@ -19,8 +20,15 @@ class CudaAllocator final : public Allocator {
     cudaStream_t stream = cuda::activate(device, function);
     void* data = nullptr;
     // Pool blocks are at least 256-byte aligned, more than kAlignment.
-    cuda::check_cuda(cudaMallocAsync(&data, nbytes == 0 ? kAlignment : nbytes, stream),
-                     "cudaMallocAsync", function, &device);
+    const size_t size = nbytes == 0 ? kAlignment : nbytes;
+    cudaError_t status = cudaMallocAsync(&data, size, stream);
+    if (status == cudaErrorMemoryAllocation) {
+      // The pool keeps freed blocks (gpu_devices.cc): give them back to the driver, try again.
+      cudaGetLastError();
+      cuda::release_cached_memory(device, function);
+      status = cudaMallocAsync(&data, size, stream);
+    }
+    cuda::check_cuda(status, "cudaMallocAsync", function, &device);
     return data;
   }
 

@@ -37,6 +37,28 @@ TEST_CASE("logical GPU devices map onto the physical GPUs round-robin") {
   }
 }
 
+TEST_CASE("processes on one node split its GPUs by node-local rank", "[host]") {
+  // One process: round-robin over every GPU (0 GPUs: 0).
+  CHECK(cuda::physical_gpu_for(5, 4, 0, 1) == 1);
+  CHECK(cuda::physical_gpu_for(5, 0, 0, 1) == 0);
+  // Two processes, four GPUs: 0 and 2 for local rank 0, 1 and 3 for local rank 1, whatever the
+  // global ids (process 1 of a batch=4 mesh owns ids 2 and 3).
+  for (int64_t id : {0, 1, 2, 3}) {
+    CHECK(cuda::physical_gpu_for(id, 4, 0, 2) == (id % 2 == 0 ? 0 : 2));
+    CHECK(cuda::physical_gpu_for(id, 4, 1, 2) == (id % 2 == 0 ? 1 : 3));
+  }
+  // Ranks placed round-robin over nodes (one device each, ids 0 and 2 on one node) do not meet
+  // on GPU 0 as id % count would put them.
+  CHECK(cuda::physical_gpu_for(0, 2, 0, 2) != cuda::physical_gpu_for(2, 2, 1, 2));
+  // Each process sees only its own GPU (CUDA_VISIBLE_DEVICES), or there are fewer GPUs than
+  // processes: they use what they see, sharing.
+  CHECK(cuda::physical_gpu_for(3, 1, 1, 2) == 0);
+  CHECK(cuda::physical_gpu_for(7, 3, 4, 8) == 1);
+  // Three GPUs for two processes: rank 0 takes 0 and 2, rank 1 takes 1.
+  CHECK(cuda::physical_gpu_for(1, 3, 0, 2) == 2);
+  CHECK(cuda::physical_gpu_for(1, 3, 1, 2) == 1);
+}
+
 TEST_CASE("to_device and to_host round-trip the bytes, through the staging buffer too") {
   for (const Shape& shape : {Shape{}, Shape{0}, Shape{7}, Shape{3, 1000}, Shape{3, 1024, 1024}}) {
     Tensor host = host_iota(shape);
@@ -47,6 +69,21 @@ TEST_CASE("to_device and to_host round-trip the bytes, through the staging buffe
       CHECK(back.device().type == DeviceType::kCPU);
       CHECK(bitwise_equal(back, host));
     }
+  }
+}
+
+TEST_CASE("a peer copy sees the source's queued writes, and the source may be freed at once") {
+  if (cuda::physical_gpu_count() < 2) return;  // one GPU: logical devices share it, no peer copy
+  const Device gpu0{DeviceType::kGPU, 0}, gpu1{DeviceType::kGPU, 1};
+  const Shape shape{1 << 22};
+  for (int round = 0; round < 8; ++round) {
+    // The zero fill is queued on GPU 0's stream; the copy must wait for it, and must have read the
+    // block before GPU 0 reuses it for the next tensor (written with other values).
+    Tensor src = Tensor::zeros(shape, DType::kF32, gpu0);
+    Tensor copy = cuda::to_device(src, gpu1);
+    src = Tensor();
+    Tensor reuse = cuda::to_device(host_iota(shape), gpu0);
+    CHECK(bitwise_equal(cuda::to_host(copy), Tensor::zeros(shape, DType::kF32)));
   }
 }
 

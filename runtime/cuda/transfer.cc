@@ -35,6 +35,51 @@ Staging& staging_for(const Device& device, const char* function) {
   return *slot;
 }
 
+// An event recorded on `stream` after the work issued on it so far; made current with the
+// stream's GPU by the caller. Destroying it right away is allowed: CUDA releases it once it
+// completes, and waits already issued on it stay valid.
+class StreamPoint {
+ public:
+  StreamPoint(cudaStream_t stream, const Device& device) {
+    check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate",
+               "to_device", &device);
+    const cudaError_t status = cudaEventRecord(event_, stream);
+    if (status != cudaSuccess) {
+      cudaEventDestroy(event_);
+      throw_cuda_error(status, "cudaEventRecord", "to_device", &device);
+    }
+  }
+  ~StreamPoint() { cudaEventDestroy(event_); }
+  StreamPoint(const StreamPoint&) = delete;
+  StreamPoint& operator=(const StreamPoint&) = delete;
+  cudaEvent_t event() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+// A copy of `src` on another physical GPU, ordered on the two GPUs' non-blocking streams without
+// blocking the host: the copy, on the destination's stream, waits for the work already issued on
+// the source's stream (which wrote src), and the source's stream then waits for the copy, so that
+// freeing src there (cudaFreeAsync when its last handle goes) or overwriting it cannot overtake
+// the copy. The destination's later kernels follow the copy on its own stream.
+Tensor peer_copy(const Tensor& src, const Device& device) {
+  const char* fn = "to_device";
+  Tensor out = Tensor::empty(src.shape(), src.dtype(), device);
+  cudaStream_t from = activate(src.device(), fn);
+  StreamPoint written(from, src.device());
+  cudaStream_t to = activate(device, fn);
+  check_cuda(cudaStreamWaitEvent(to, written.event(), 0), "cudaStreamWaitEvent", fn, &device);
+  check_cuda(cudaMemcpyPeerAsync(out.raw_data(), physical_gpu_of(device), src.raw_data(),
+                                 physical_gpu_of(src.device()), src.nbytes(), to),
+             "cudaMemcpyPeerAsync", fn, &device);
+  StreamPoint copied(to, device);
+  activate(src.device(), fn);
+  check_cuda(cudaStreamWaitEvent(from, copied.event(), 0), "cudaStreamWaitEvent", fn,
+             &src.device());
+  return out;
+}
+
 }  // namespace
 
 void copy_to_device(void* dst, const void* host_src, size_t nbytes, const Device& device) {
@@ -79,13 +124,7 @@ Tensor to_device(const Tensor& host, const Device& device) {
   }
   if (host.device().type == DeviceType::kGPU) {
     if (physical_gpu_of(host.device()) == physical_gpu_of(device)) return host.with_device(device);
-    Tensor out = Tensor::empty(host.shape(), host.dtype(), device);
-    synchronize(host.device(), "to_device");
-    activate(device, "to_device");
-    check_cuda(cudaMemcpyPeer(out.raw_data(), physical_gpu_of(device), host.raw_data(),
-                              physical_gpu_of(host.device()), host.nbytes()),
-               "cudaMemcpyPeer", "to_device", &device);
-    return out;
+    return peer_copy(host, device);
   }
   Tensor out = Tensor::empty(host.shape(), host.dtype(), device);
   copy_to_device(out.raw_data(), host.raw_data(), host.nbytes(), device);

@@ -6,7 +6,10 @@
 // driver's own pageable-memory path; the host waits for each chunk before refilling the buffer.
 //
 // A tensor already in the requested memory space is returned as it is (to_device of a GPU
-// tensor on the same physical GPU is retagged, which moves no bytes).
+// tensor on the same physical GPU is retagged, which moves no bytes). to_device of a GPU tensor on
+// another physical GPU is a peer copy ordered by events between the two GPUs' streams: it follows
+// the work that wrote the source, the source is not freed or overwritten before it completes,
+// and the host does not wait for it.
 //
 // Thread-safety: any thread; the staging buffer of a GPU is locked for the length of one copy.
 #pragma once

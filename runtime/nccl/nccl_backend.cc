@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -19,6 +20,7 @@
 #include "runtime/cuda/gpu_devices.h"
 #include "runtime/cuda/transfer.h"
 #include "runtime/mpi/control_channel.h"
+#include "runtime/mpi/mpi_check.h"
 #include "runtime/process.h"
 
 namespace dtensor {
@@ -318,32 +320,105 @@ class NcclBackend final : public CollectiveBackend {
     }
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    c.comms.resize(local.size());
+    c.comms.assign(local.size(), nullptr);
+    // A failed init aborts the communicators made so far (fail), so that no peer waits on them.
     check(ncclGroupStart(), fn, group, nullptr);
     for (size_t i = 0; i < local.size(); ++i) {
       cuda::activate(c.devices[i], fn);
       const ncclResult_t rc = ncclCommInitRankConfig(&c.comms[i], static_cast<int>(group.size()),
                                                      id, c.ranks[i], &config);
-      if (rc != ncclSuccess && rc != ncclInProgress) check(rc, fn, group, nullptr);
+      if (rc != ncclSuccess && rc != ncclInProgress) {
+        ncclGroupEnd();
+        fail(group, c, fn, rc);
+      }
     }
     const ncclResult_t rc = ncclGroupEnd();
-    if (rc != ncclSuccess && rc != ncclInProgress) check(rc, fn, group, nullptr);
+    if (rc != ncclSuccess && rc != ncclInProgress) fail(group, c, fn, rc);
     wait(group, c, fn, /*streams=*/false);
     return comms_.emplace(group.devices, std::move(c)).first->second;
   }
 
-  // The group's first process creates the id and sends it to the others' processes.
+  // The group's first process creates the id and sends it, with whether that worked, to the
+  // others' processes: a first process that fails makes every peer throw instead of waiting.
+  // Every MPI call is checked, and every wait is bounded (wait_for_id).
   void exchange_id(const Group& group, ncclUniqueId* id, const char* fn) {
     const int tag = 0x4e43;  // "NC"
-    if (group.owners[0] == group.self) {
-      check(ncclGetUniqueId(id), fn, group, nullptr);
+    // Heap memory: a wait that gives up leaves it to MPI (see wait_for_id).
+    auto message = std::make_unique<IdMessage>();
+    const int first = static_cast<int>(group.owners[0]);
+    std::vector<MPI_Request> requests;
+    std::vector<int> peers;
+    ncclResult_t created = ncclSuccess;
+    if (first == group.self) {
+      created = ncclGetUniqueId(&message->id);
+      message->ok = created == ncclSuccess ? 1 : 0;
       for (size_t i = 1; i < group.owners.size(); ++i) {
-        MPI_Send(id, sizeof(*id), MPI_BYTE, static_cast<int>(group.owners[i]), tag, MPI_COMM_WORLD);
+        peers.push_back(static_cast<int>(group.owners[i]));
+        requests.emplace_back();
+        check_mpi(MPI_Isend(message.get(), sizeof(IdMessage), MPI_BYTE, peers.back(), tag,
+                            MPI_COMM_WORLD, &requests.back()),
+                  fn, "MPI_Isend");
       }
     } else {
-      MPI_Recv(id, sizeof(*id), MPI_BYTE, static_cast<int>(group.owners[0]), tag, MPI_COMM_WORLD,
-               MPI_STATUS_IGNORE);
+      peers.push_back(first);
+      requests.emplace_back();
+      check_mpi(MPI_Irecv(message.get(), sizeof(IdMessage), MPI_BYTE, first, tag, MPI_COMM_WORLD,
+                          &requests.back()),
+                fn, "MPI_Irecv");
     }
+    wait_for_id(group, requests, peers, std::move(message), id, fn);
+    check(created, fn, group, nullptr);
+  }
+
+  struct IdMessage {
+    int32_t ok = 0;  // whether the first process created the id
+    ncclUniqueId id{};
+  };
+
+  // Tests `requests` (the sends to, or the receive from, `peers`) until they complete, then
+  // copies the id out; throws CommunicationError when a peer has left the job, when the timeout
+  // passes (its requests cancelled and `message` left to MPI), or when the first process could not
+  // create the id.
+  void wait_for_id(const Group& group, std::vector<MPI_Request>& requests,
+                   const std::vector<int>& peers, std::unique_ptr<IdMessage> message,
+                   ncclUniqueId* id, const char* fn) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds());
+    std::string why;
+    while (why.empty()) {
+      int done = 0;
+      check_mpi(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done,
+                            MPI_STATUSES_IGNORE),
+                fn, "MPI_Testall");
+      if (done) break;
+      for (int peer : peers) {
+        if (why.empty() && has_departed(peer, fn)) {
+          why = "process " + std::to_string(peer) + " left the job";
+        }
+      }
+      if (why.empty() && std::chrono::steady_clock::now() > deadline) {
+        why = "timed out after " + std::to_string(timeout_seconds()) +
+              " s (DTENSOR_NCCL_TIMEOUT sets the limit)";
+      }
+      std::this_thread::yield();
+    }
+    if (!why.empty()) {
+      for (MPI_Request& r : requests) {
+        if (r == MPI_REQUEST_NULL) continue;
+        MPI_Cancel(&r);
+        MPI_Request_free(&r);
+      }
+      message.release();  // MPI may still own it
+      throw_error<CommunicationError>(fn, "NCCL id exchange on group {} failed: {}",
+                                      group_text(group), why);
+    }
+    if (message->ok == 0) {
+      throw_error<CommunicationError>(fn,
+                                      "NCCL failed on group {}: process {} could not create the "
+                                      "NCCL id",
+                                      group_text(group), group.owners[0]);
+    }
+    *id = message->id;
   }
 
   // Every member's shape, in group order (an all-gather of the dims).
@@ -436,7 +511,9 @@ class NcclBackend final : public CollectiveBackend {
   // Aborts the group's communicators so that no peer waits forever, forgets them, and throws.
   [[noreturn]] void fail_message(const Group& group, Comms& c, const char* fn,
                                  const std::string& why) {
-    for (ncclComm_t comm : c.comms) ncclCommAbort(comm);
+    for (ncclComm_t comm : c.comms) {
+      if (comm != nullptr) ncclCommAbort(comm);
+    }
     comms_.erase(group.devices);
     throw_error<CommunicationError>(fn, "NCCL failed on group {}: {}", group_text(group), why);
   }

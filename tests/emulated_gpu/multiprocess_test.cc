@@ -7,6 +7,7 @@
 #include "dtensor/relayout.h"
 #include "dtensor/virtual_devices.h"
 #include "kernels/gpu/gpu_kernels.h"
+#include "kernels/kernels.h"
 #include "ops/ops.h"
 
 using namespace dtensor;

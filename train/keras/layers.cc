@@ -39,6 +39,8 @@ DTensor Dense::call(const DTensor& inputs, bool) {
   if (!built()) {
     throw_error<InvalidArgumentError>("Dense::call", "layer '{}' is not built", name_);
   }
+  std::optional<PolicyScope> scope;
+  if (policy_) scope.emplace(*policy_);
   // dtensor::relu itself (the usual `Dense(n, relu)`) fuses into the dense op's gemm; any other
   // activation runs after it. dense falls back to the unfused composition where the layouts
   // make the product partial, so every layout gets relu(x @ w + b).

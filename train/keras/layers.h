@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/precision.h"
 #include "train/keras/model.h"
 
 namespace dtensor::keras {
@@ -38,6 +39,10 @@ class Dense : public Model {
   bool built() const { return kernel_.has_value(); }
 
   int64_t units() const { return units_; }
+  // This layer's precision policy (ops/precision.h): call() runs under it, whatever the caller's
+  // policy. Without one, the calling thread's current policy applies. The variables stay f32.
+  void set_policy(const Policy& policy) { policy_ = policy; }
+  const std::optional<Policy>& policy() const { return policy_; }
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }
 
@@ -51,6 +56,7 @@ class Dense : public Model {
   Activation activation_;
   std::string name_;
   std::optional<DVariable> kernel_, bias_;
+  std::optional<Policy> policy_;
 };
 
 // Layers applied in order to inputs [batch, input_dim].

@@ -1,16 +1,17 @@
 #include "train/keras/metrics.h"
 
 #include "dtensor/creation.h"
+#include "dtensor/host_copy.h"
 #include "ops/ops.h"
 #include "runtime/error.h"
 
 namespace dtensor::keras {
 namespace {
 
-// The sum of all elements, accumulated in f64.
+// The sum of all elements, accumulated in f64 (on the devices; one scalar read back).
 double sum_of(const DTensor& values) {
   DTensor v = values.dtype() == DType::kF64 ? values : cast(values, DType::kF64);
-  return to_global(reduce_sum(v)).data<double>()[0];
+  return host_readable(to_global(reduce_sum(v))).data<double>()[0];
 }
 
 }  // namespace

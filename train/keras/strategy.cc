@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "dtensor/host_copy.h"
 #include "dtensor/relayout.h"
 #include "ops/ops.h"
 #include "runtime/error.h"
@@ -311,9 +312,9 @@ DTensor ReplicaContext::replica_id_in_sync_group() const {
   const int64_t replica = mesh.dim_index(strategy_->replica_dim());
   std::vector<Tensor> ids;
   for (int64_t device : mesh.local_device_ids()) {
-    Tensor id = Tensor::empty({1}, DType::kI32, mesh_device(mesh, device));
+    Tensor id = Tensor::empty({1}, DType::kI32);  // written on the host, then put on the device
     id.data<int32_t>()[0] = static_cast<int32_t>(mesh.coord(device, replica));
-    ids.push_back(id);
+    ids.push_back(on_device(id, mesh_device(mesh, device)));
   }
   return DTensor({num_replicas_in_sync()}, DType::kI32, strategy_->batch_layout(1), ids);
 }

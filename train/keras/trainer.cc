@@ -3,6 +3,7 @@
 #include <iostream>
 #include <set>
 
+#include "dtensor/host_copy.h"
 #include "ops/autograd.h"
 #include "ops/ops.h"
 #include "runtime/error.h"
@@ -116,7 +117,8 @@ Logs Trainer::test_step(const data::Batch& batch) {
 void Trainer::track(const DTensor& loss, const data::Batch& batch, const DTensor& predictions) {
   DTensor loss64 = loss.dtype() == DType::kF64 ? loss : cast(loss, DType::kF64);
   // Keras weights each batch's mean loss by its size: the epoch value is the mean per example.
-  loss_tracker_.update_state(to_global(loss64).data<double>()[0], static_cast<double>(batch.size));
+  loss_tracker_.update_state(host_readable(to_global(loss64)).data<double>()[0],
+                             static_cast<double>(batch.size));
   for (const auto& m : metrics_) m->update(batch.labels, predictions);
 }
 

@@ -1,0 +1,95 @@
+// Precision policies: which dtype the heavy ops compute in, while the variables and the
+// optimizer state keep theirs (Keras `mixed_bfloat16`, PyTorch autocast, FSDP2's
+// MixedPrecisionPolicy).
+//
+//   PolicyScope mixed(Policy::mixed_bfloat16());   // this thread, until the scope ends
+//   DTensor y = dense(x, w.value(), b.value(), DenseActivation::kRelu);
+//
+// Under a policy with a bf16 compute dtype, matmul, dense and conv2d called with f32 operands
+// cast them to bf16, run the bf16 kernel (oneDNN: bf16 products, f32 accumulation) and cast the
+// result back to f32, so that everything around them (softmax, cross-entropy, layer norm,
+// reductions, the loss, the optimizer) stays f32. Gradients flow back through the casts: each
+// f32 input gets an f32 gradient, so the optimizer sees the variable's dtype. The partial
+// gradient of a replicated weight is reduced in f32 (the bf16 -> f32 cast passes the partial
+// sum through, and the f32 terms are summed), or, with `with_bf16_gradient_reduction()`, in
+// bf16 before the cast: half the bytes on the wire, at the cost of bf16 roundings of the sum
+// (docs/mixed_precision.md states the bound for each collective backend).
+// Operands already in bf16 (or f64, or integers) are left alone: the policy only changes f32.
+//
+// The current policy is per thread (float32 unless a PolicyScope says otherwise); a captured
+// step records the ops the policy chose while it was traced. Policy is a value type; every
+// function here is thread-safe.
+#pragma once
+
+#include <string>
+
+#include "dtensor/dtensor.h"
+#include "ops/ops.h"
+
+namespace dtensor {
+
+class Policy {
+ public:
+  // Everything in f32 (the default).
+  static Policy float32();
+  // matmul, dense and conv2d in bf16 with f32 accumulation; variables, gradients and the
+  // reduction of gradients in f32.
+  static Policy mixed_bfloat16();
+  // "float32" or "mixed_bfloat16"; InvalidArgumentError naming the accepted names otherwise.
+  static Policy from_name(const std::string& name);
+
+  // The same policy, reducing partial gradients in the compute dtype (bf16) instead of f32.
+  Policy with_bf16_gradient_reduction() const;
+
+  // "float32", "mixed_bfloat16", "mixed_bfloat16+bf16_gradient_reduction".
+  std::string name() const;
+  DType compute_dtype() const { return compute_; }
+  DType variable_dtype() const { return DType::kF32; }
+  // The dtype the partial gradients of replicated weights are summed in.
+  DType gradient_reduction_dtype() const { return reduction_; }
+
+  bool operator==(const Policy& o) const {
+    return compute_ == o.compute_ && reduction_ == o.reduction_;
+  }
+  bool operator!=(const Policy& o) const { return !(*this == o); }
+
+ private:
+  Policy(DType compute, DType reduction) : compute_(compute), reduction_(reduction) {}
+  DType compute_;
+  DType reduction_;
+};
+
+// The calling thread's policy.
+const Policy& current_policy();
+
+// Sets the calling thread's policy until destroyed, then restores the previous one. Scopes
+// nest; destroy them in reverse order of creation, on the thread that created them.
+class PolicyScope {
+ public:
+  explicit PolicyScope(const Policy& policy);
+  ~PolicyScope();
+  PolicyScope(const PolicyScope&) = delete;
+  PolicyScope& operator=(const PolicyScope&) = delete;
+
+ private:
+  Policy previous_;
+};
+
+// x cast to the current policy's compute dtype when the policy changes x's dtype (f32 -> bf16),
+// recorded so that the gradient comes back in x's dtype, the partial sums reduced as the policy
+// says; x itself otherwise.
+DTensor to_compute_dtype(const DTensor& x);
+
+namespace precision_internal {
+
+// True when the current policy runs an op with these f32 operands in another dtype; the op then
+// calls its mixed version below (the hooks in ops/matmul.cc and ops/conv.cc).
+bool runs_mixed(const DTensor& a, const DTensor& b);
+
+DTensor mixed_matmul(const DTensor& a, const DTensor& b, bool transpose_a, bool transpose_b);
+DTensor mixed_dense(const DTensor& x, const DTensor& w, const DTensor& b,
+                    DenseActivation activation);
+DTensor mixed_conv2d(const DTensor& x, const DTensor& w, const Conv2dOptions& options);
+
+}  // namespace precision_internal
+}  // namespace dtensor
