@@ -276,15 +276,17 @@ TEST_CASE("virtual CPUs size the meshes this process can create") {
                        Message("[configure_virtual_cpus] need n >= 1, got 0"));
 }
 
-TEST_CASE("a GPU mesh in a build without CUDA fails at creation") {
+TEST_CASE("a GPU mesh with no GPU backend registered fails at creation") {
   configure_virtual_cpus(8);
   CHECK_THROWS_MATCHES(create_mesh({{"batch", 2}, {"model", 4}}, DeviceType::kGPU),
                        UnimplementedError,
-                       Message("[create_mesh] mesh |batch=2,model=4| has GPU devices, but this "
-                               "binary was built without CUDA"));
+                       Message("[create_mesh] mesh |batch=2,model=4| has GPU devices, but no GPU "
+                               "backend is registered (build with --config=cuda, or set "
+                               "DTENSOR_EMULATED_GPUS=N for the emulated test device)"));
   CHECK_THROWS_MATCHES(create_mesh("batch=2", DeviceType::kGPU), UnimplementedError,
-                       Message("[create_mesh] mesh |batch=2| has GPU devices, but this binary was "
-                               "built without CUDA"));
+                       Message("[create_mesh] mesh |batch=2| has GPU devices, but no GPU backend "
+                               "is registered (build with --config=cuda, or set "
+                               "DTENSOR_EMULATED_GPUS=N for the emulated test device)"));
   // The check comes first: the virtual CPU count (still 8 here) does not matter.
   CHECK(num_virtual_cpus() == 8);
   CHECK(create_mesh({{"batch", 8}}, DeviceType::kCPU).device_type() == DeviceType::kCPU);
@@ -292,8 +294,9 @@ TEST_CASE("a GPU mesh in a build without CUDA fails at creation") {
   // A GPU mesh can still be described (Mesh::create), but no tensor can be made on it.
   Mesh gpus = Mesh::create({{"batch", 2}}, DeviceType::kGPU);
   CHECK_THROWS_MATCHES(zeros({4}, Layout::replicated(gpus, 1)), UnimplementedError,
-                       Message("[Tensor::empty] cannot allocate 16 bytes on GPU:0: this binary "
-                               "was built without CUDA"));
+                       Message("[Tensor::empty] cannot allocate 16 bytes on GPU:0: no GPU backend "
+                               "is registered (build with --config=cuda, or set "
+                               "DTENSOR_EMULATED_GPUS=N for the emulated test device)"));
 }
 
 TEST_CASE("pack rejects components whose buffer is not where their device is") {

@@ -50,7 +50,9 @@ std::string dims_text(const std::vector<MeshDim>& dims) {
 void check_backend(const std::vector<MeshDim>& dims, DeviceType type) {
   if (type == DeviceType::kGPU && !gpu_backend_built()) {
     throw_error<UnimplementedError>(
-        "create_mesh", "mesh |{}| has GPU devices, but this binary was built without CUDA",
+        "create_mesh",
+        "mesh |{}| has GPU devices, but no GPU backend is registered (build with --config=cuda, "
+        "or set DTENSOR_EMULATED_GPUS=N for the emulated test device)",
         dims_text(dims));
   }
 }

@@ -26,9 +26,10 @@ int64_t num_virtual_cpus();
 // collective: every process must create the same mesh, and a mismatch throws MeshError on every
 // process.
 Mesh create_mesh(std::vector<MeshDim> dims, std::string name = "");
-// The same mesh over devices of `type`. A GPU mesh needs a GPU backend: in a binary built without
-// CUDA it throws UnimplementedError ("[create_mesh] mesh |batch=2|... has GPU devices, but this
-// binary was built without CUDA") before anything else is checked.
+// The same mesh over devices of `type`. A GPU mesh needs a registered GPU backend (CUDA, or the
+// emulated GPU when DTENSOR_EMULATED_GPUS is set): without one it throws UnimplementedError
+// ("[create_mesh] mesh |batch=2| has GPU devices, but no GPU backend is registered ...") before
+// anything else is checked.
 Mesh create_mesh(std::vector<MeshDim> dims, DeviceType type, std::string name = "");
 
 // One call, like jax.make_mesh: parses "batch=2,model=4", configures this process's virtual CPUs

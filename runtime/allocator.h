@@ -6,9 +6,9 @@
 // BufferPool::global(), which caches freed buffers. A Storage remembers the allocator it came
 // from and gives its bytes back to it.
 //
-// Which GPU allocator exists is chosen by the build, not by #ifdefs: runtime/no_gpu/ provides one
-// whose allocate() throws (built without CUDA); a CUDA build links its own gpu_allocator()
-// instead (see runtime/BUILD).
+// Which GPU allocator exists is chosen by registration, not by #ifdefs or weak symbols: the GPU
+// backend slot (runtime/gpu_backend.h) holds the CUDA runtime's or the emulated GPU's; with the
+// slot empty, gpu_allocator()'s allocate() throws.
 //
 // Ownership: allocators are process-wide singletons that are never destroyed (storage may be
 // released during exit). Thread-safety: every method may be called from any thread.
@@ -64,7 +64,7 @@ class HostAllocator final : public Allocator {
 };
 
 HostAllocator& host_allocator();
-// The GPU allocator of this build: defined by the GPU backend library the build links.
+// The registered GPU backend's allocator (runtime/gpu_backend.h), or one that throws.
 Allocator& gpu_allocator();
 
 // The allocator for memory of `type`: a switch, no lookup.

@@ -35,24 +35,28 @@ TEST_CASE("host allocations are aligned, and storage remembers its memory space"
   }
 }
 
-TEST_CASE("GPU memory in a build without CUDA is an error naming the device") {
+TEST_CASE("GPU memory with no GPU backend registered is an error naming the device") {
   CHECK_FALSE(gpu_backend_built());
   const Device gpu{DeviceType::kGPU, 1};
   CHECK_THROWS_MATCHES(
       Tensor::empty({2, 3}, DType::kF32, gpu), UnimplementedError,
-      Message("[Tensor::empty] cannot allocate 24 bytes on GPU:1: this binary was built without "
-              "CUDA"));
+      Message("[Tensor::empty] cannot allocate 24 bytes on GPU:1: no GPU backend is "
+              "registered (build with --config=cuda, or set DTENSOR_EMULATED_GPUS=N for the "
+              "emulated test device)"));
   CHECK_THROWS_MATCHES(
       Tensor::zeros({4}, DType::kF64, gpu), UnimplementedError,
-      Message("[Tensor::empty] cannot allocate 32 bytes on GPU:1: this binary was built without "
-              "CUDA"));
+      Message("[Tensor::empty] cannot allocate 32 bytes on GPU:1: no GPU backend is "
+              "registered (build with --config=cuda, or set DTENSOR_EMULATED_GPUS=N for the "
+              "emulated test device)"));
   CHECK_THROWS_MATCHES(
       Tensor::shared_zeros({4}, DType::kF64, Device{DeviceType::kGPU, 0}), UnimplementedError,
-      Message("[Tensor::empty] cannot allocate 32 bytes on GPU:0: this binary was built without "
-              "CUDA"));
+      Message("[Tensor::empty] cannot allocate 32 bytes on GPU:0: no GPU backend is "
+              "registered (build with --config=cuda, or set DTENSOR_EMULATED_GPUS=N for the "
+              "emulated test device)"));
   CHECK_THROWS_MATCHES(
       Storage(gpu_allocator(), 8, gpu, "Storage"), UnimplementedError,
-      Message("[Storage] cannot allocate 8 bytes on GPU:1: this binary was built without CUDA"));
+      Message("[Storage] cannot allocate 8 bytes on GPU:1: no GPU backend is registered (build "
+              "with --config=cuda, or set DTENSOR_EMULATED_GPUS=N for the emulated test device)"));
 }
 
 TEST_CASE("same_memory_space: CPU devices share host memory, a GPU only itself") {

@@ -3,6 +3,7 @@
 #include <array>
 
 #include "runtime/error.h"
+#include "runtime/gpu_backend.h"
 #include "runtime/hierarchical_backend.h"
 
 namespace dtensor {
@@ -17,13 +18,22 @@ struct Backends {
   std::shared_ptr<CollectiveBackend> spanning;
 };
 
+// CPU: the in-process backend. GPU: the registered GPU backend's own collectives, if it has any
+// (runtime/gpu_backend.h; the emulated GPU's).
+std::array<Backends, kMaxDeviceTypes> defaults() {
+  std::array<Backends, kMaxDeviceTypes> s;
+  std::shared_ptr<CollectiveBackend> in_process = make_in_process_backend();
+  s[static_cast<size_t>(DeviceType::kCPU)] = {in_process, in_process};
+  const GpuBackend* gpu = registered_gpu_backend();
+  if (gpu != nullptr && gpu->make_collectives != nullptr) {
+    std::shared_ptr<CollectiveBackend> intra = gpu->make_collectives();
+    s[static_cast<size_t>(DeviceType::kGPU)] = {intra, intra};
+  }
+  return s;
+}
+
 std::array<Backends, kMaxDeviceTypes>& registry() {
-  static std::array<Backends, kMaxDeviceTypes> slots = [] {
-    std::array<Backends, kMaxDeviceTypes> s;
-    std::shared_ptr<CollectiveBackend> in_process = make_in_process_backend();
-    s[static_cast<size_t>(DeviceType::kCPU)] = {in_process, in_process};
-    return s;
-  }();
+  static std::array<Backends, kMaxDeviceTypes> slots = defaults();
   return slots;
 }
 
@@ -48,11 +58,7 @@ void register_collective_backends(DeviceType type, std::shared_ptr<CollectiveBac
   slot.intra = std::move(intra);
 }
 
-void reset_collective_backends() {
-  for (Backends& slot : registry()) slot = {};
-  std::shared_ptr<CollectiveBackend> in_process = make_in_process_backend();
-  registry()[static_cast<size_t>(DeviceType::kCPU)] = {in_process, in_process};
-}
+void reset_collective_backends() { registry() = defaults(); }
 
 CollectiveBackend& collective_backend_for(DeviceType type, bool spans_processes,
                                           std::string_view mesh_dims, const char* collective) {

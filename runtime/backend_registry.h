@@ -9,9 +9,10 @@
 //     Without one, such a mesh uses `intra`, which serves the groups that stay in one process
 //     and refuses the others.
 //
-// Defaults: CPU has the in-process backend and no inter-process one; GPU has none in this build,
-// so a collective over a GPU mesh throws "[all_reduce] no collective backend is registered for
-// GPU devices ...". NCCL goes in runtime/nccl/: nccl_backend.{h,cc} with make_nccl_backend(), a
+// Defaults: CPU has the in-process backend and no inter-process one; GPU has the collectives of
+// the registered GPU backend when it brings its own (runtime/gpu_backend.h: the emulated GPU), and
+// none otherwise, so a collective over a GPU mesh throws "[all_reduce] no collective backend is
+// registered for GPU devices ..." (a CUDA build registers cuda::register_gpu_collectives()). NCCL goes in runtime/nccl/: nccl_backend.{h,cc} with make_nccl_backend(), a
 // flat CollectiveBackend over one ncclComm per group (cached like MPI's communicators; one rank
 // per GPU), registered as the GPU inter backend (and as intra for several GPUs of one process,
 // through ncclCommInitAll) by dtensor/runtime.cc; no_nccl.cc, linked where NCCL is not built,

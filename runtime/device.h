@@ -35,8 +35,8 @@ inline bool same_memory_space(const Device& a, const Device& b) {
   return a.type == DeviceType::kCPU || a.id == b.id;
 }
 
-// True if this binary has a GPU backend (a CUDA build); defined by the backend library the build
-// links (runtime/no_gpu/ otherwise).
+// True if a GPU backend is registered (runtime/gpu_backend.h): the CUDA runtime, or the emulated
+// GPU when DTENSOR_EMULATED_GPUS is set.
 bool gpu_backend_built();
 
 }  // namespace dtensor

@@ -1,7 +1,9 @@
 // DTensors on GPU meshes of logical devices ({1}, {8}, {2,4}) against the same programs on CPU
 // meshes: ops (f32 to 1e-5 relative), the relayout matrix and Philox creation (bit for bit),
-// gradients and an Adam step through the in-process GPU collectives. Skips with one line without
-// a GPU (gpu_test_main.cc).
+// gradients and an Adam step through the in-process GPU collectives. Device-neutral: the GPU
+// backend is whatever the binary registers (tests/gpu_mesh_setup.h): CUDA for :gpu_mesh_test,
+// which skips with one line without a GPU (gpu_test_main.cc), and the emulated GPU on opaque
+// memory for //tests/emulated_gpu:mesh_test.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -15,9 +17,9 @@
 #include "kernels/kernels.h"
 #include "ops/autograd.h"
 #include "ops/ops.h"
+#include "kernels/gpu/gpu_kernels.h"
 #include "runtime/backend_registry.h"
-#include "runtime/cuda/gpu_collectives.h"
-#include "runtime/cuda/transfer.h"
+#include "tests/gpu_mesh_setup.h"
 #include "train/optim/optimizers.h"
 
 using namespace dtensor;
@@ -32,7 +34,7 @@ MeshPair meshes(const std::vector<MeshDim>& dims) {
   int64_t n = 1;
   for (const MeshDim& d : dims) n *= d.size;
   configure_virtual_cpus(n);
-  cuda::register_gpu_collectives();
+  register_gpu_mesh_collectives();
   return {create_mesh(dims, DeviceType::kCPU), create_mesh(dims, DeviceType::kGPU)};
 }
 
@@ -88,10 +90,10 @@ Tensor labels(int64_t n, int64_t classes, uint64_t seed) {
 
 DTensor put(const Tensor& host, const Layout& layout) {
   if (layout.mesh().device_type() == DeviceType::kCPU) return distribute(host, layout);
-  return distribute(cuda::to_device(host, mesh_device(layout.mesh(), 0)), layout);
+  return distribute(kernels::gpu::copy_to_gpu(host, mesh_device(layout.mesh(), 0)), layout);
 }
 
-Tensor global(const DTensor& t) { return cuda::to_host(to_global(t)); }
+Tensor global(const DTensor& t) { return kernels::gpu::copy_to_host(to_global(t)); }
 
 void check_close(const DTensor& gpu, const DTensor& cpu, const std::string& what, double rtol) {
   INFO(what << ": GPU " << gpu.to_string() << " vs CPU " << cpu.to_string());
@@ -182,7 +184,7 @@ TEST_CASE("GPU relayout matrix is bit-exact with the CPU's") {
         DTensor cr = relayout(c, to), gr = relayout(g, on(to, m.gpu));
         REQUIRE(gr.layout() == on(to, m.gpu));
         for (size_t i = 0; i < gr.shards().size(); ++i) {
-          CHECK(bitwise_equal(cuda::to_host(gr.shards()[i]), cr.shards()[i]));
+          CHECK(bitwise_equal(kernels::gpu::copy_to_host(gr.shards()[i]), cr.shards()[i]));
         }
       }
     }

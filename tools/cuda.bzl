@@ -56,8 +56,8 @@ def cuda_cc_library(name, **kwargs):
         native.cc_library(name = name, **kwargs)
 
 def gpu_cc_test(name, **kwargs):
-    """A cc_test of GPU code, linked statically so that its CUDA backend (alwayslink) takes the
-    place of the no_gpu stubs the default build's //runtime:tensor brings along."""
+    """A cc_test of GPU code, linked statically so that its CUDA backend (alwayslink) registers
+    itself (runtime/gpu_backend.h) and fills the kernel front's GPU table before main."""
     if HAS_CUDA:
         native.cc_test(name = name, linkstatic = True, **kwargs)
 

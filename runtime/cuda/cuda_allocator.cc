@@ -5,6 +5,7 @@
 // reuse a caching allocator gives, kept by the driver. An allocation that fails returns the
 // pool's cached blocks to the driver (cudaMemPoolTrimTo) and tries once more before it throws.
 #include "runtime/allocator.h"
+#include "runtime/gpu_backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/gpu_devices.h"
 
@@ -54,11 +55,15 @@ class CudaAllocator final : public Allocator {
 
 }  // namespace
 
-Allocator& gpu_allocator() {
-  static auto* allocator = new CudaAllocator;
-  return *allocator;
-}
+namespace {
 
-bool gpu_backend_built() { return true; }
+// Fills the GPU backend slot (runtime/gpu_backend.h) before main wherever this file is linked.
+// The in-process GPU collectives stay an explicit registration (cuda::register_gpu_collectives).
+[[maybe_unused]] const bool registered = [] {
+  register_gpu_backend(GpuBackend{"CUDA", new CudaAllocator, nullptr, false});
+  return true;
+}();
+
+}  // namespace
 
 }  // namespace dtensor

@@ -1,11 +1,7 @@
 // Collectives over GPU meshes of one process: the in-process GPU backend and its registration.
 //
-// The in-process GPU backend runs every collective as device copies and reduction kernels on the
-// members' streams (the block kernels behind runtime/element_loops.h): it stages members that sit on
-// other physical GPUs onto the first member's GPU (peer copies), reduces or concatenates there in
-// the CPU's pairwise order (so results are bit-identical to the CPU backend's), and hands each
-// member its own copy of the result (a device-to-device copy on the GPU's one stream for logical
-// devices of the same GPU, a peer copy otherwise).
+// The in-process GPU backend is runtime/gpu_in_process_backend.h over CUDA's placement (logical
+// devices on physical_gpu_of, peer copies through cuda::to_device).
 //
 // register_gpu_collectives() installs it as the GPU intra-process backend (backend_registry.h);
 // NCCL, when registered, takes the groups that span processes. Call it once at start-up (tests,

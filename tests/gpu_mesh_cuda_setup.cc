@@ -1,0 +1,8 @@
+#include "runtime/cuda/gpu_collectives.h"
+#include "tests/gpu_mesh_setup.h"
+
+namespace dtensor {
+
+void register_gpu_mesh_collectives() { cuda::register_gpu_collectives(); }
+
+}  // namespace dtensor
