@@ -15,6 +15,7 @@
 #include "kernels/optimizer_update.h"
 #include "runtime/cuda/transfer.h"
 #include "runtime/element_loops.h"
+#include "runtime/random.h"
 
 using namespace dtensor;
 using namespace dtensor::kernels;
