@@ -15,6 +15,10 @@ namespace {
 // A GPU-tagged handle on host storage: this build cannot allocate GPU memory, and the front only
 // looks at the tag before it finds no GPU entry and throws.
 Tensor on_gpu(const Tensor& t, int64_t id = 0) { return t.with_device({DeviceType::kGPU, id}); }
+
+// A stand-in GPU fill for the table: counts its calls.
+int stand_in_fills = 0;
+void stand_in_fill(Tensor&, double) { ++stand_in_fills; }
 }  // namespace
 
 TEST_CASE("the front runs CPU tensors on the CPU kernels, on any CPU device") {
@@ -143,4 +147,15 @@ TEST_CASE("the runtime's element loops dispatch the same way") {
   CHECK(out.data<float>()[5] == 0.5f);
   reduce_range_elements(out, ones, ReduceOp::kSum, 0, 6);
   CHECK(out.data<float>()[0] == 1.5f);
+}
+
+TEST_CASE("the runtime's element-loop fronts call the entries filled in the GPU table") {
+  // The runtime floor cannot name the table; the table hands the runtime its element-loop part.
+  REQUIRE(gpu::element_loop_table == &gpu::registered_table);
+  Tensor x = on_gpu(Tensor::zeros({2, 3}, DType::kF32));
+  auto* const backend_fill = gpu::registered_table.fill_value;  // null without CUDA
+  gpu::registered_table.fill_value = stand_in_fill;
+  fill_value(x, 2.0);
+  gpu::registered_table.fill_value = backend_fill;
+  CHECK(stand_in_fills == 1);
 }

@@ -3,9 +3,10 @@
 // defined (an undefined one expands to nothing):
 //
 //   DTENSOR_KERNEL(ret, name, params, args, op, devices, check)    the front (kernels/kernels.h)
-//   DTENSOR_ELEMENT_LOOP(...)            the same columns: the runtime's element loops
-//                                        (runtime/element_loops.h, defined in kernels/memory.cc)
 //   DTENSOR_OPTIMIZER_KERNEL(...)        the same columns: kernels/optimizer_update.h
+//
+// The runtime's element loops (block copies and reductions, fills) are listed in the same columns
+// one floor down, in runtime/element_loop_list.h; the GPU table below includes their entries.
 //
 // with, per kernel: the return type; the name (of the front function, of cpu::name and of the
 // gpu::Table field); the parameters, defaults written DTENSOR_DEFAULT(value) (a site that may carry
@@ -23,9 +24,6 @@
 
 #ifndef DTENSOR_KERNEL
 #define DTENSOR_KERNEL(ret, name, params, args, op, devices, check)
-#endif
-#ifndef DTENSOR_ELEMENT_LOOP
-#define DTENSOR_ELEMENT_LOOP(ret, name, params, args, op, devices, check)
 #endif
 #ifndef DTENSOR_OPTIMIZER_KERNEL
 #define DTENSOR_OPTIMIZER_KERNEL(ret, name, params, args, op, devices, check)
@@ -253,33 +251,6 @@ DTENSOR_KERNEL(Tensor, local_response_normalization_grad,
                (const Tensor& x, const Tensor& dy, const LrnParams& params), (x, dy, params),
                "local_response_normalization_grad", (x, dy), )
 
-// ---- The runtime's element loops (runtime/element_loops.h) -----------------------------------
-// The callers validate (runtime/block.h, runtime/random.h); errors name the caller's function.
-
-// Copies the box `extent` at `src_begin` of `src` to `dst_begin` of `dst` (runtime/block.h
-// copy_box).
-DTENSOR_ELEMENT_LOOP(void, copy_box_elements,
-                     (const Tensor& src, const std::vector<int64_t>& src_begin, Tensor& dst,
-                      const std::vector<int64_t>& dst_begin, const Shape& extent),
-                     (src, src_begin, dst, dst_begin, extent), "copy_box", (src, dst), )
-// dst[i] = op(dst[i], src[i]) over elements [begin, end) (runtime/block.h reduce_range).
-DTENSOR_ELEMENT_LOOP(void, reduce_range_elements,
-                     (Tensor& dst, const Tensor& src, ReduceOp op, int64_t begin, int64_t end),
-                     (dst, src, op, begin, end), "reduce_into", (dst, src), )
-// acc = the pairwise reduction of `inputs` (runtime/block.h reduce_tensors), split over the
-// thread pool when large; acc has the inputs' shape and dtype.
-DTENSOR_ELEMENT_LOOP(void, reduce_tensors_into,
-                     (Tensor& acc, const std::vector<Tensor>& inputs, ReduceOp op),
-                     (acc, inputs, op), "reduce_tensors", (acc, inputs), )
-// Every element of `dst` set to `value` converted to its dtype.
-DTENSOR_ELEMENT_LOOP(void, fill_value, (Tensor& dst, double value), (dst, value), "fill", (dst), )
-// The Philox values of `spec` at the global positions of `shard` (runtime/random.h
-// fill_random_shard); errors name the distribution ("[random_uniform] ...").
-DTENSOR_ELEMENT_LOOP(void, fill_random,
-                     (Tensor& shard, const Shape& global_shape, const std::vector<int64_t>& offset,
-                      const RandomSpec& spec),
-                     (shard, global_shape, offset, spec), spec, (shard), )
-
 // ---- The optimizers' fused element updates (kernels/optimizer_update.h) ----------------------
 
 // var_out = var - lr * grad. f32 or f64, equal shapes (checked by the optimizer).
@@ -305,6 +276,5 @@ DTENSOR_OPTIMIZER_KERNEL(void, adam_update,
                          (var, grad, m, v, var_out, m_out, v_out), )
 
 #undef DTENSOR_KERNEL
-#undef DTENSOR_ELEMENT_LOOP
 #undef DTENSOR_OPTIMIZER_KERNEL
 #undef DTENSOR_DEFAULT

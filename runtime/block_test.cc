@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "runtime/element_loops.h"
+
 using namespace dtensor;
 using Catch::Message;
 
@@ -57,6 +59,23 @@ TEST_CASE("block operations reject boxes and dtypes that do not fit") {
                                "differ in dtype"));
   CHECK_THROWS_MATCHES(reduce_into(dst, src, ReduceOp::kSum), ShapeError,
                        Message("[reduce_into] cannot reduce f32[3,4]@CPU:0 into f32[2,2]@CPU:0"));
+}
+
+// The runtime links nothing from the kernels floor: no GPU table here, so GPU-tagged tensors (on
+// host storage; nothing is allocated) reach the element loops' front and get its one error.
+TEST_CASE("without a GPU table linked, block operations on GPU tensors get the front's error") {
+  REQUIRE(kernels::gpu::element_loop_table == nullptr);
+  const Device gpu{DeviceType::kGPU, 0};
+  Tensor src = Tensor::zeros({2, 3}, DType::kF32).with_device(gpu);
+  Tensor dst = Tensor::zeros({2, 3}, DType::kF32).with_device(gpu);
+  CHECK_THROWS_MATCHES(copy_box(src, {0, 0}, dst, {0, 0}, {2, 3}), UnimplementedError,
+                       Message("[copy_box] has no GPU kernel in this build"));
+  CHECK_THROWS_MATCHES(reduce_into(dst, src, ReduceOp::kMax), UnimplementedError,
+                       Message("[reduce_into] has no GPU kernel in this build"));
+  CHECK_THROWS_MATCHES(copy_box(Tensor::zeros({2, 3}, DType::kF32), {0, 0}, dst, {0, 0}, {2, 3}),
+                       InvalidArgumentError,
+                       Message("[copy_box] inputs are on CPU:0 and GPU:0 (f32[2,3] and f32[2,3]); "
+                               "a kernel runs on one device type"));
 }
 
 TEST_CASE("shared zeros are read-only zeros that sums skip") {

@@ -1,16 +1,16 @@
 // The runtime's own element loops: the block copies and reductions under relayout and the
 // collectives (runtime/block.h), constant and Philox random fills (creation, runtime/random.h).
+// Each is declared by its line of runtime/element_loop_list.h, where its contract is written.
 //
-// Declared here, on the runtime floor, so that runtime code can call them; defined on the kernels
-// floor by //kernels:memory (kernels/memory.cc), which //runtime:block and //runtime:random link.
-// Each function dispatches with a switch on the device type of its tensors to the CPU
-// implementation (kernels/cpu/cpu_kernels.h) or the GPU one (the table of kernels/gpu/gpu_kernels.h;
-// UnimplementedError "[fill] has no GPU kernel in this build" without CUDA). //kernels:memory
-// depends on nothing above //runtime:tensor (and the thread pool), so that the runtime can link it.
+// The front (namespace kernels, runtime/element_loops.cc) checks that a loop's tensors share one
+// device type (InvalidArgumentError naming the caller's function otherwise), then calls the CPU
+// loop directly (runtime/cpu/) or the GPU entry of gpu::ElementLoopTable. That table is the
+// element-loop part of the kernel front's GPU table (kernels/gpu/gpu_kernels.h), which points
+// gpu::element_loop_table at itself before main; with no table linked, or an empty entry, the
+// front throws UnimplementedError "[fill] has no GPU kernel in this build".
 //
-// The callers validate: these functions check only that their tensors share one device type
-// (InvalidArgumentError naming the caller's function otherwise). Stateless and thread-safe; callers
-// must not write one destination region from two threads.
+// The callers validate the arguments. Stateless and thread-safe; callers must not write one
+// destination region from two threads.
 #pragma once
 
 #include <array>
@@ -23,21 +23,9 @@
 
 namespace dtensor::kernels {
 
-// Copies the box `extent` at `src_begin` of `src` to `dst_begin` of `dst` (checked by the caller:
-// runtime/block.h copy_box).
-void copy_box_elements(const Tensor& src, const std::vector<int64_t>& src_begin, Tensor& dst,
-                       const std::vector<int64_t>& dst_begin, const Shape& extent);
-// dst[i] = op(dst[i], src[i]) over elements [begin, end) (runtime/block.h reduce_range).
-void reduce_range_elements(Tensor& dst, const Tensor& src, ReduceOp op, int64_t begin, int64_t end);
-// acc = the pairwise reduction of `inputs` (runtime/block.h reduce_tensors), split over the
-// thread pool when large; acc has the inputs' shape and dtype.
-void reduce_tensors_into(Tensor& acc, const std::vector<Tensor>& inputs, ReduceOp op);
-// Every element of `dst` set to `value` converted to its dtype (checked by the caller).
-void fill_value(Tensor& dst, double value);
-// The Philox values of `spec` at the global positions of `shard` (runtime/random.h
-// fill_random_shard, which checks the arguments).
-void fill_random(Tensor& shard, const Shape& global_shape, const std::vector<int64_t>& offset,
-                 const RandomSpec& spec);
+// The fronts, e.g. `void fill_value(Tensor& dst, double value);`.
+#define DTENSOR_ELEMENT_LOOP(ret, name, params, args, op, devices, check) ret name params;
+#include "runtime/element_loop_list.h"
 
 // Host reads of device memory for code above the kernel front (a flag, a scalar, a collective's
 // shape records): `t` itself when its elements are in host memory (no copy), else a new host
@@ -48,7 +36,38 @@ void fill_random(Tensor& shard, const Shape& global_shape, const std::vector<int
 Tensor host_readable(const Tensor& t);
 Tensor on_device(const Tensor& host, const Device& device);
 
-// Philox4x32-10 of one counter: host arithmetic, the same on every device.
+namespace cpu {
+
+// The CPU loops (runtime/cpu/), called by the fronts only.
+#include "runtime/element_loop_list.h"
+#undef DTENSOR_ELEMENT_LOOP
+
+// Philox4x32-10 of one counter: host arithmetic, the same on every device (runtime/random.h).
 std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter, std::array<uint32_t, 2> key);
+
+}  // namespace cpu
+
+namespace gpu {
+
+// One entry per element loop, named as the loop and of its signature; null where no linked GPU
+// backend implements it. kernels/gpu/gpu_kernels.h's gpu::Table derives from it.
+struct ElementLoopTable {
+#define DTENSOR_ELEMENT_LOOP(ret, name, params, args, op, devices, check) \
+  ret(*name) params = nullptr;
+#include "runtime/element_loop_list.h"
+#undef DTENSOR_ELEMENT_LOOP
+
+  // Host <-> GPU copies (runtime/cuda/transfer.h in a CUDA build), GPU-only: a new tensor on
+  // `device` holding `host`'s elements, and a new host tensor (CPU:0) holding a GPU tensor's
+  // (host_readable and on_device above; kernels/gpu/gpu_kernels.h copy_to_gpu/copy_to_host).
+  Tensor (*copy_to_gpu)(const Tensor& host, const Device& device) = nullptr;
+  Tensor (*copy_to_host)(const Tensor& tensor) = nullptr;
+};
+
+// The GPU table's element-loop part: null until the GPU table (kernels/gpu/gpu_kernels.cc) sets it
+// from a static initializer; only read after that. Constant-initialized.
+inline const ElementLoopTable* element_loop_table = nullptr;
+
+}  // namespace gpu
 
 }  // namespace dtensor::kernels

@@ -8,18 +8,6 @@
 namespace dtensor {
 namespace {
 
-const char* function_name(RandomDistribution distribution) {
-  switch (distribution) {
-    case RandomDistribution::kUniform:
-      return "random_uniform";
-    case RandomDistribution::kNormal:
-      return "random_normal";
-    case RandomDistribution::kTruncatedNormal:
-      return "truncated_normal";
-  }
-  return "random";
-}
-
 void check_arguments(const char* fn, const Tensor& shard, const Shape& global,
                      const std::vector<int64_t>& offset, const RandomSpec& spec) {
   const DType dtype = shard.dtype();
@@ -71,12 +59,12 @@ void check_arguments(const char* fn, const Tensor& shard, const Shape& global,
 
 std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter,
                                       std::array<uint32_t, 2> key) {
-  return kernels::philox4x32_10(counter, key);
+  return kernels::cpu::philox4x32_10(counter, key);
 }
 
 void fill_random_shard(Tensor& shard, const Shape& global_shape, const std::vector<int64_t>& offset,
                        const RandomSpec& spec) {
-  check_arguments(function_name(spec.distribution), shard, global_shape, offset, spec);
+  check_arguments(random_function_name(spec.distribution), shard, global_shape, offset, spec);
   kernels::fill_random(shard, global_shape, offset, spec);
 }
 

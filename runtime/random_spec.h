@@ -15,4 +15,17 @@ struct RandomSpec {
   double b = 1.0;  // uniform: maxval; normal/truncated: stddev
 };
 
+// The user-facing function of a distribution, which its errors name ("[random_uniform] ...").
+constexpr const char* random_function_name(RandomDistribution distribution) {
+  switch (distribution) {
+    case RandomDistribution::kUniform:
+      return "random_uniform";
+    case RandomDistribution::kNormal:
+      return "random_normal";
+    case RandomDistribution::kTruncatedNormal:
+      break;
+  }
+  return "truncated_normal";
+}
+
 }  // namespace dtensor

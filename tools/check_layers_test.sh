@@ -17,7 +17,7 @@ write() {  # write PATH LINE...: a source file whose lines are the remaining arg
 write runtime/tensor.h '#pragma once'
 write runtime/element_loops.h '#pragma once' '#include "runtime/tensor.h"'
 write runtime/block.cc '#include "runtime/element_loops.h"' '#include <vector>'
-write kernels/memory.cc '#include "runtime/element_loops.h"' '#include "kernels/cpu/cpu_memory.h"'
+write kernels/cpu/matmul.cc '#include "runtime/element_loops.h"' '#include "kernels/cpu/cpu_memory.h"'
 write kernels/cpu/cpu_memory.h '#pragma once' '#include "runtime/tensor.h"'
 write kernels/cuda/memory.cc '#include "runtime/tensor.h"'
 write mesh/mesh.h '#pragma once' '#include "runtime/tensor.h"'
@@ -27,6 +27,9 @@ write train/progress.h '#pragma once'
 write cli/plot.cc '#include "train/progress.h"'
 write layout/layout_test.cc '#include "tests/layout_enumeration.h"'
 write tests/layout_enumeration.h '#pragma once' '#include "mesh/mesh.h"'
+write runtime/BUILD 'cc_library(name = "block", deps = [":tensor"], visibility = ["//ops:__pkg__"])' \
+  'cc_test(name = "block_test", deps = [":block", "//tests:catch_main"])'
+write kernels/BUILD 'load("//tools:copts.bzl", "KERNEL_COPTS")' 'cc_library(deps = ["//runtime:block"])'
 
 expect_pass() {
   if ! out=$("$check" --root "$root"); then
@@ -69,5 +72,14 @@ expect_pass
 # Test support is for tests: a library file of a lower floor may not include it.
 write layout/layout.cc '#include "tests/layout_enumeration.h"'
 expect_fail 'layout/layout.cc:1: #include "tests/layout_enumeration.h": layout floor includes apps floor'
+
+rm "$root/layout/layout.cc"
+
+# A Bazel dep reaching up fails as an include does; visibility, loads and test mains do not.
+expect_pass
+echo 'cc_library(name = "random", deps = ["//kernels:memory"])' >>"$root/runtime/BUILD"
+expect_fail 'runtime/BUILD:3: "//kernels:memory": runtime floor depends on kernels floor'
+write runtime/BUILD 'cc_library(name = "block", deps = ["//ops"])'
+expect_fail 'runtime/BUILD:1: "//ops": runtime floor depends on ops floor'
 
 echo "PASS"

@@ -17,6 +17,7 @@
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/transfer.h"
 #include "runtime/element_loops.h"
+#include "runtime/random.h"
 
 using namespace dtensor;
 using namespace dtensor::kernels;

@@ -87,7 +87,7 @@ void fill_value(Tensor& dst, double value) {
 
 namespace {
 
-// The CPU's parameter rules for uniform reals (kernels/cpu/random.cc): bounds rounded to the
+// The CPU's parameter rules for uniform reals (runtime/cpu/random.cc): bounds rounded to the
 // dtype, the result kept below hi.
 float round_f32(double x) {
   if (!(std::abs(x) <= std::numeric_limits<float>::max())) {

@@ -1,7 +1,7 @@
 // Fused optimizer updates and Philox fills.
 //
 // Philox: the counter layout, key schedule and draw functions are those of the CPU kernels
-// (kernels/cpu/random.cc), evaluated per element from its global position, so a shard filled
+// (runtime/cpu/random.cc), evaluated per element from its global position, so a shard filled
 // here holds the CPU's values. Uniform draws are bit-identical (the arithmetic is spelled with
 // _rn intrinsics so nvcc cannot contract it into an FMA the CPU does not use); normal draws go
 // through CUDA's log/cos/sqrt, which may differ from the C library's by an ulp.

@@ -1,5 +1,5 @@
 // Philox4x32-10 as a host-and-device function: the same rounds and constants as the CPU's
-// (kernels/cpu/random.cc; Salmon et al., "Parallel random numbers: as easy as 1, 2, 3"), so
+// (runtime/cpu/random.cc; Salmon et al., "Parallel random numbers: as easy as 1, 2, 3"), so
 // that the CUDA fills draw the CPU's bits. random_test-style checks compare the two on the host
 // (philox_test.cc runs this header's host version against kernels::philox4x32_10).
 #pragma once

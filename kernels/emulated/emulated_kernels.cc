@@ -55,8 +55,9 @@ struct Emulate<Fn> {
 
 }  // namespace
 
-// Every kernel of the list (kernels/kernel_list.h): the front function of that name (kernels.h,
-// runtime/element_loops.h, kernels/optimizer_update.h) wrapped with the table entry's signature.
+// Every kernel of the lists (kernels/kernel_list.h, runtime/element_loop_list.h): the front
+// function of that name (kernels.h, runtime/element_loops.h, kernels/optimizer_update.h)
+// wrapped with the table entry's signature.
 void register_kernels() {
   gpu::Table& table = gpu::registered_table;
 #define DTENSOR_EMULATE(ret, name, params, args, op, devices, check) \
@@ -65,6 +66,8 @@ void register_kernels() {
 #define DTENSOR_ELEMENT_LOOP DTENSOR_EMULATE
 #define DTENSOR_OPTIMIZER_KERNEL DTENSOR_EMULATE
 #include "kernels/kernel_list.h"
+#include "runtime/element_loop_list.h"
+#undef DTENSOR_ELEMENT_LOOP
 #undef DTENSOR_EMULATE
   table.copy_to_gpu = dtensor::emulated::to_device;
   table.copy_to_host = dtensor::emulated::to_host;

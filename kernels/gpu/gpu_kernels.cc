@@ -1,13 +1,13 @@
 #include "kernels/gpu/gpu_kernels.h"
 
-#include <string>
-
-#include "runtime/error.h"
-
 namespace dtensor::kernels::gpu {
+namespace {
 
-void throw_no_kernel(std::string_view op) {
-  throw_error<UnimplementedError>(std::string(op), "has no GPU kernel in this build");
-}
+// The runtime's element-loop fronts read this table's element-loop part (runtime/element_loops.h).
+[[maybe_unused]] const bool element_loops_linked = [] {
+  element_loop_table = &registered_table;
+  return true;
+}();
 
+}  // namespace
 }  // namespace dtensor::kernels::gpu

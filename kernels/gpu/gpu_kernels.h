@@ -21,6 +21,8 @@
 #include "kernels/conv_params.h"
 #include "kernels/kernel_types.h"
 #include "kernels/optimizer_update.h"
+#include "runtime/device_dispatch.h"
+#include "runtime/element_loops.h"
 #include "runtime/random_spec.h"
 #include "runtime/reduce_op.h"
 #include "runtime/tensor.h"
@@ -30,45 +32,39 @@ namespace dtensor::kernels::gpu {
 // One entry per kernel of the kernel list (kernels/kernel_list.h), named as the kernel and of
 // its signature, e.g. `Tensor (*unary)(UnaryOp op, const Tensor& x) = nullptr;`; null where no
 // linked backend implements it.
-struct Table {
+// The element loops' entries (copy_box_elements, fill_value, ...) come from the runtime floor's
+// part of the table (runtime/element_loops.h), which the runtime's fronts read through
+// gpu::element_loop_table; gpu_kernels.cc points that at this table.
+struct Table : ElementLoopTable {
 #define DTENSOR_GPU_TABLE_FIELD(ret, name, params, args, op, devices, check) \
   ret(*name) params = nullptr;
 #define DTENSOR_KERNEL DTENSOR_GPU_TABLE_FIELD
-#define DTENSOR_ELEMENT_LOOP DTENSOR_GPU_TABLE_FIELD
 #define DTENSOR_OPTIMIZER_KERNEL DTENSOR_GPU_TABLE_FIELD
 #include "kernels/kernel_list.h"
 #undef DTENSOR_GPU_TABLE_FIELD
-
-  // Host <-> GPU copies (runtime/cuda/transfer.h in a CUDA build), GPU-only: a new tensor on
-  // `device` holding `host`'s elements, and a new host tensor (CPU:0) holding a GPU tensor's;
-  // called through copy_to_gpu and copy_to_host below.
-  Tensor (*copy_to_gpu)(const Tensor& host, const Device& device) = nullptr;
-  Tensor (*copy_to_host)(const Tensor& tensor) = nullptr;
 };
 
 // The registered entries: every entry null until a backend's static initializer fills its own.
 // Constant-initialized, so a registration from any translation unit's initializer finds it.
 inline Table registered_table{};
 
-// UnimplementedError "[op] has no GPU kernel in this build".
-[[noreturn]] void throw_no_kernel(std::string_view op);
-
 // The registered entry `member`, or the error naming `op` (a name or an op enum; see
 // kernels/dispatch.h) if there is none.
 template <typename F>
 inline F* kernel(F* Table::*member, std::string_view op) {
-  F* f = registered_table.*member;
-  if (f == nullptr) throw_no_kernel(op);
-  return f;
+  return dispatch::gpu_entry(&registered_table, member, op);
 }
 
 // Host <-> GPU copies for device-neutral callers (examples) that move host batches onto a GPU
 // mesh and read results back.
+// The entries live in the table's element-loop part (runtime/element_loops.h).
 inline Tensor copy_to_gpu(const Tensor& host, const Device& device) {
-  return kernel(&Table::copy_to_gpu, "copy_to_gpu")(host, device);
+  const ElementLoopTable* table = &registered_table;
+  return dispatch::gpu_entry(table, &ElementLoopTable::copy_to_gpu, "copy_to_gpu")(host, device);
 }
 inline Tensor copy_to_host(const Tensor& tensor) {
-  return kernel(&Table::copy_to_host, "copy_to_host")(tensor);
+  const ElementLoopTable* table = &registered_table;
+  return dispatch::gpu_entry(table, &ElementLoopTable::copy_to_host, "copy_to_host")(tensor);
 }
 
 }  // namespace dtensor::kernels::gpu

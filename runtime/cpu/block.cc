@@ -1,10 +1,10 @@
-// Block copies and elementwise reductions in host memory: the CPU half of the block kernels
-// behind runtime/element_loops.h (runtime/block.h checks the arguments).
+// Block copies and elementwise reductions in host memory: the CPU half of the block loops of
+// runtime/element_loops.h (runtime/block.h checks the arguments).
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "runtime/element_loops.h"
 #include "runtime/thread_pool.h"
 
 namespace dtensor::kernels::cpu {

@@ -1,7 +1,7 @@
-// Constant fills in host memory: the CPU half of kernels::fill_value.
+// Constant fills in host memory: the CPU half of kernels::fill_value (runtime/element_loops.h).
 #include <type_traits>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "runtime/element_loops.h"
 
 namespace dtensor::kernels::cpu {
 

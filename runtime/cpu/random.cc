@@ -1,5 +1,5 @@
 // Philox4x32-10 fills on the host: the CPU half of kernels::fill_random (see runtime/random.h).
-#include "kernels/cpu/cpu_kernels.h"
+#include "runtime/element_loops.h"
 
 #include <algorithm>
 #include <cmath>
