@@ -2,18 +2,30 @@
 # The GPU suite of a bundle made by tools/gpu_bundle.sh (copied into it as run_all.sh): every test
 # binary, then every bench (and the PyTorch peer step when torch imports), the MNIST example on a
 # GPU mesh (batch=1 and batch=8 logical devices; real MNIST when the bundle has it), and
-# compute-sanitizer --tool memcheck over the tests. Logs go to $OUT (the device tool's folder) or
-# ./logs, a line per step to stdout, and one last line "SUMMARY: PASS" or "SUMMARY: FAIL (...)".
+# compute-sanitizer --tool memcheck over the tests. Logs go to ./logs, a line per step to stdout,
+# and one last line "SUMMARY: PASS" or "SUMMARY: FAIL (...)".
+# Under $OUT the logs are packed into one file, logs.tar.gz (the device tool brings back at most 8
+# files). Each binary runs under `timeout` (GPU_STEP_TIMEOUT seconds, default 120; memcheck gets
+# three times that), so a hang fails its step instead of the whole call.
 #   run_all.sh [tests|benches|mnist|memcheck]...   (default: all four)
 # It runs on a GPU machine, so no GPU is a failure, never a pass: nvidia-smi must list a GPU, and
 # the test binaries get DTENSOR_REQUIRE_GPU=1, which makes them fail (not skip) when CUDA sees
 # none (runtime/cuda/gpu_test_main.cc), e.g. after a driver mismatch.
 set -uo pipefail
 DIR=$(cd "$(dirname "$0")" && pwd)
-LOGS=${OUT:-$DIR/logs}
+LOGS=$DIR/logs
 mkdir -p "$LOGS"
+STEP_TIMEOUT=${GPU_STEP_TIMEOUT:-120}
+bounded() { timeout -k 5 "$STEP_TIMEOUT" "$@"; }
 export LD_LIBRARY_PATH="$DIR/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export PATH="/usr/local/cuda/bin:$PATH"
+# The CUDA libraries the bundle leaves out (cuBLAS, NCCL, ...) may live elsewhere on the GPU machine
+# (a Python environment's nvidia/*/lib, say): find each one ldd misses and add its folder.
+for lib in $(ldd "$DIR"/bin/* 2>/dev/null | awk '/not found/ {print $1}' | sort -u); do
+  found=$(find /usr/local /opt /usr/lib -name "$lib" 2>/dev/null | head -1)
+  echo "library $lib: ${found:-NOT FOUND}"
+  [[ -n "$found" ]] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$found")"
+done
 export DTENSOR_REQUIRE_GPU=1
 STEPS=("$@")
 [[ ${#STEPS[@]} -eq 0 ]] && STEPS=(tests benches mnist memcheck)
@@ -37,7 +49,7 @@ for step in "${STEPS[@]}"; do
         log="$LOGS/$t${args//[^a-z]/_}.log"
         start=$(date +%s)
         # A binary that skipped its GPU tests did not test anything here.
-        if "$DIR/bin/$t" $args >"$log" 2>&1 && ! grep -q "GPU tests skipped" "$log"; then
+        if bounded "$DIR/bin/$t" $args >"$log" 2>&1 && ! grep -q "GPU tests skipped" "$log"; then
           r=PASS
         else
           r=FAIL
@@ -48,27 +60,30 @@ for step in "${STEPS[@]}"; do
       ;;
     benches)
       while read -r b; do
-        "$DIR/bin/$b" >"$LOGS/$b.log" 2>&1 || fail "$b"
+        bounded "$DIR/bin/$b" >"$LOGS/$b.log" 2>&1 || fail "$b"
         echo "== $b"; cat "$LOGS/$b.log"
       done <"$DIR/benches.txt"
       if python3 -c "import torch" 2>/dev/null; then
         echo "== peers_gpu_step (PyTorch, same GPU)"
-        python3 "$DIR/peers_gpu_step.py" 2>&1 | tail -3
+        bounded python3 "$DIR/peers_gpu_step.py" 2>&1 | tail -3
       fi
       ;;
     mnist)
       data=()
       [[ -d "$DIR/data/mnist" ]] && data=(--data_dir="$DIR/data/mnist")
       for mesh in batch=1 batch=8; do
-        "$DIR/bin/train" --device=gpu --mesh=$mesh "${data[@]}" --metrics_out="$LOGS/mnist_$mesh.jsonl" \
+        bounded "$DIR/bin/train" --device=gpu --mesh=$mesh "${data[@]}" --metrics_out="$LOGS/mnist_$mesh.jsonl" \
           >"$LOGS/mnist_$mesh.log" 2>&1 || fail "mnist $mesh"
         echo "== mnist $mesh: $(tail -1 "$LOGS/mnist_$mesh.log" | cut -c1-300)"
       done
       ;;
     memcheck)
+      # --report-api-errors no: NCCL probes its kernels with cudaFuncGetAttributes and handles the
+      # cudaErrorNoKernelImageForDevice it gets for other architectures (seen on an H200); our code
+      # checks every CUDA call itself. Memory errors are what this step is for.
       while read -r t args; do
         log="$LOGS/$t${args//[^a-z]/_}.memcheck.log"
-        compute-sanitizer --tool memcheck --error-exitcode 3 "$DIR/bin/$t" $args >"$log" 2>&1
+        timeout -k 5 $((3 * STEP_TIMEOUT)) compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 "$DIR/bin/$t" $args >"$log" 2>&1
         r=$?
         [[ $r -ne 0 ]] && fail "memcheck $t"
         echo "memcheck $t $args: exit $r; $(grep -E 'ERROR SUMMARY' "$log" | tail -1)"
@@ -76,6 +91,7 @@ for step in "${STEPS[@]}"; do
       ;;
   esac
 done
+if [[ -n ${OUT:-} ]]; then tar czf "$OUT/logs.tar.gz" -C "$DIR" logs; fi
 if [[ $status -eq 0 ]]; then
   echo "SUMMARY: PASS"
 else
