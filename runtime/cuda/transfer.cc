@@ -12,12 +12,15 @@
 namespace dtensor::cuda {
 namespace {
 
-// Large enough to keep the copy engine busy, small enough to stay pinned for the process's life.
+// Each staging half is large enough to keep the copy engine busy, small enough to stay pinned for
+// the process's life. Two halves let the host fill (or drain) one while the copy engine moves the
+// other, so a large copy runs at the slower of memcpy and DMA instead of their sum.
 constexpr size_t kStagingBytes = size_t{8} << 20;
 
 struct Staging {
   std::mutex mu;
-  void* buffer = nullptr;
+  char* half[2] = {nullptr, nullptr};
+  cudaEvent_t done[2] = {nullptr, nullptr};  // the last copy through each half
 };
 
 Staging& staging_for(const Device& device, const char* function) {
@@ -29,7 +32,14 @@ Staging& staging_for(const Device& device, const char* function) {
   auto& slot = (*all)[gpu];
   if (!slot) {
     auto s = std::make_unique<Staging>();
-    check_cuda(cudaMallocHost(&s->buffer, kStagingBytes), "cudaMallocHost", function, &device);
+    void* buffer = nullptr;
+    check_cuda(cudaMallocHost(&buffer, 2 * kStagingBytes), "cudaMallocHost", function, &device);
+    s->half[0] = static_cast<char*>(buffer);
+    s->half[1] = s->half[0] + kStagingBytes;
+    for (cudaEvent_t& e : s->done) {
+      check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate",
+                 function, &device);
+    }
     slot = std::move(s);
   }
   return *slot;
@@ -87,14 +97,17 @@ void copy_to_device(void* dst, const void* host_src, size_t nbytes, const Device
   cudaStream_t stream = activate(device, fn);
   Staging& staging = staging_for(device, fn);
   std::lock_guard<std::mutex> lock(staging.mu);
-  for (size_t done = 0; done < nbytes; done += kStagingBytes) {
+  for (size_t done = 0, i = 0; done < nbytes; done += kStagingBytes, ++i) {
     const size_t n = std::min(kStagingBytes, nbytes - done);
-    // The previous chunk must have left the buffer before it is refilled.
-    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize", fn, &device);
-    std::memcpy(staging.buffer, static_cast<const char*>(host_src) + done, n);
-    check_cuda(cudaMemcpyAsync(static_cast<char*>(dst) + done, staging.buffer, n,
-                               cudaMemcpyHostToDevice, stream),
+    char* half = staging.half[i % 2];
+    // The copy that last read this half must be finished before it is refilled; the other
+    // half's copy may still run meanwhile.
+    check_cuda(cudaEventSynchronize(staging.done[i % 2]), "cudaEventSynchronize", fn, &device);
+    std::memcpy(half, static_cast<const char*>(host_src) + done, n);
+    check_cuda(cudaMemcpyAsync(static_cast<char*>(dst) + done, half, n, cudaMemcpyHostToDevice,
+                               stream),
                "cudaMemcpyAsync", fn, &device);
+    check_cuda(cudaEventRecord(staging.done[i % 2], stream), "cudaEventRecord", fn, &device);
   }
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize", fn, &device);
 }
@@ -104,17 +117,26 @@ void copy_to_host(void* host_dst, const void* src, size_t nbytes, const Device& 
   cudaStream_t stream = activate(device, fn);
   Staging& staging = staging_for(device, fn);
   std::lock_guard<std::mutex> lock(staging.mu);
-  if (nbytes == 0) {
-    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize", fn, &device);
-  }
-  for (size_t done = 0; done < nbytes; done += kStagingBytes) {
-    const size_t n = std::min(kStagingBytes, nbytes - done);
-    check_cuda(cudaMemcpyAsync(staging.buffer, static_cast<const char*>(src) + done, n,
-                               cudaMemcpyDeviceToHost, stream),
+  // Chunk i goes through half i % 2: the copy of chunk i + 1 is issued before chunk i is drained,
+  // so the copy engine fills one half while the host empties the other.
+  auto issue = [&](size_t i) {
+    const size_t done = i * kStagingBytes;
+    if (done >= nbytes) return;
+    check_cuda(cudaMemcpyAsync(staging.half[i % 2], static_cast<const char*>(src) + done,
+                               std::min(kStagingBytes, nbytes - done), cudaMemcpyDeviceToHost,
+                               stream),
                "cudaMemcpyAsync", fn, &device);
-    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize", fn, &device);
-    std::memcpy(static_cast<char*>(host_dst) + done, staging.buffer, n);
+    check_cuda(cudaEventRecord(staging.done[i % 2], stream), "cudaEventRecord", fn, &device);
+  };
+  issue(0);
+  for (size_t done = 0, i = 0; done < nbytes; done += kStagingBytes, ++i) {
+    issue(i + 1);
+    check_cuda(cudaEventSynchronize(staging.done[i % 2]), "cudaEventSynchronize", fn, &device);
+    std::memcpy(static_cast<char*>(host_dst) + done, staging.half[i % 2],
+                std::min(kStagingBytes, nbytes - done));
   }
+  // Also orders an empty copy after the work already issued on the stream (it wrote src).
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize", fn, &device);
 }
 
 Tensor to_device(const Tensor& host, const Device& device) {
