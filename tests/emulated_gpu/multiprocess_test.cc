@@ -1,15 +1,18 @@
 // 2 processes x 2 emulated GPUs under mpirun (GPU meshes spanning the processes), through the
 // host-staged MPI backend (runtime/mpi/host_staged_backend.h): a data-parallel matmul, its
 // all-reduce across processes, relayouts that all-gather, all-to-all and reduce-scatter across
-// them, and a checkpoint saved from a GPU mesh and restored into GPU and CPU meshes of other
-// shapes, each matching the CPU mesh bit for bit.
+// them, a bucket all-reduced on MPI's communication thread, and a checkpoint saved from a GPU
+// mesh and restored into GPU and CPU meshes of other shapes, each matching the CPU mesh bit for
+// bit.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "dtensor/collectives.h"
 #include "dtensor/creation.h"
+#include "dtensor/host_copy.h"
 #include "dtensor/relayout.h"
 #include "dtensor/variable.h"
 #include "dtensor/virtual_devices.h"
@@ -51,6 +54,25 @@ Tensor relayouts(DeviceType type) {
   return kernels::concat({host_global(rows), host_global(cols)}, 0);
 }
 
+// A bucket of two all-reduces over both dims of {batch=2, model=2} (a group spanning the
+// processes), started and then waited for: MPI reduces it on its communication thread. Every local
+// result of both, in order.
+Tensor bucket(DeviceType type) {
+  const Mesh mesh = create_mesh("batch=2,model=2", type);
+  const DTensor a = random_uniform({4, 6}, Layout({"batch", "model"}, mesh), 6, -1, 1);
+  const DTensor b = random_uniform({6}, Layout::batch_sharded(mesh, "model", 1), 7, -1, 1);
+  const std::vector<std::vector<Tensor>> sums =
+      all_reduce_start(mesh, 3, {a.shards(), b.shards()}, ReduceOp::kSum).wait();
+  std::vector<Tensor> flat;
+  for (const std::vector<Tensor>& value : sums) {
+    for (const Tensor& shard : value) {
+      const Tensor host = host_readable(shard);
+      flat.push_back(host.reshaped({host.num_elements()}));
+    }
+  }
+  return kernels::concat(flat, 0);
+}
+
 std::string shared_path(const std::string& name) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   return std::string(tmp != nullptr ? tmp : "/tmp") + "/" + name;
@@ -62,6 +84,7 @@ TEST_CASE("a GPU mesh across 2 processes computes what the CPU mesh does") {
   configure_virtual_cpus(2);
   CHECK(bitwise_equal(program(DeviceType::kGPU), program(DeviceType::kCPU)));
   CHECK(bitwise_equal(relayouts(DeviceType::kGPU), relayouts(DeviceType::kCPU)));
+  CHECK(bitwise_equal(bucket(DeviceType::kGPU), bucket(DeviceType::kCPU)));
 }
 
 TEST_CASE("a checkpoint of a GPU mesh across 2 processes restores into GPU and CPU meshes") {
