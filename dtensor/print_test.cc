@@ -8,8 +8,6 @@
 #include <sstream>
 
 #include "dtensor/creation.h"
-#include "dtensor/host_copy.h"
-#include "dtensor/opaque_memory_testing.h"
 #include "dtensor/virtual_devices.h"
 
 using namespace dtensor;
@@ -55,15 +53,6 @@ TEST_CASE("a tensor prints its dtype, shape and numpy-style values for every dty
   // fmt gives the same text as operator<<.
   Tensor t = iota<float>({2, 3});
   CHECK(fmt::format("{}", t) == streamed(t));
-}
-
-TEST_CASE("a tensor in device memory prints from one host copy, with the host tensor's text") {
-  testing::TransferEntries entries(true);
-  const Tensor host = iota<int32_t>({2, 3});
-  const Tensor on_gpu = on_device(host, Device{DeviceType::kGPU, 2});
-  CHECK(testing::transfers == 1);
-  CHECK(streamed(on_gpu) == streamed(host));
-  CHECK(testing::transfers == 2);
 }
 
 TEST_CASE("floating-point values print in 6 significant digits with nan and inf spelled out") {

@@ -8,12 +8,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <string>
 
 #include "dtensor/virtual_devices.h"
 #include "runtime/backend_registry.h"
 #include "runtime/error.h"
+#include "runtime/gpu_backend.h"
 #include "runtime/mpi/control_channel.h"
+#include "runtime/mpi/host_staged_backend.h"
 #include "runtime/mpi/mpi_backend.h"
 #include "runtime/mpi/mpi_check.h"
 #include "runtime/process.h"
@@ -130,7 +133,15 @@ Runtime Runtime::init(int& argc, char** argv) {
     check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &size), "Runtime::init", "MPI_Comm_size");
     set_this_process({rank, size});
     // CPU meshes spanning processes: local stage in-process, then MPI, then share.
-    register_collective_backends(DeviceType::kCPU, make_in_process_backend(), make_mpi_backend());
+    std::shared_ptr<CollectiveBackend> mpi = make_mpi_backend();
+    register_collective_backends(DeviceType::kCPU, make_in_process_backend(), mpi);
+    // GPU meshes likewise when the GPU backend brings its own collectives (the emulated GPU),
+    // across processes through host copies (NCCL, where built, is registered instead).
+    const GpuBackend* gpu = registered_gpu_backend();
+    if (gpu != nullptr && gpu->make_collectives != nullptr) {
+      register_collective_backends(DeviceType::kGPU, gpu->make_collectives(),
+                                   make_host_staged_backend(mpi));
+    }
     std::set_terminate(on_terminate);
     return Runtime(rank, size, true);
   } catch (...) {

@@ -1,11 +1,19 @@
 #include "runtime/emulated/transfer.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "runtime/emulated/emulated_gpu.h"
 #include "runtime/emulated/opaque_memory.h"
 
 namespace dtensor::emulated {
+namespace {
+
+std::atomic<int64_t> host_transfer_count{0};
+
+}  // namespace
+
+int64_t host_transfers() { return host_transfer_count.load(); }
 
 void copy_to_device(void* dst, const void* src, size_t nbytes, const Device& device) {
   activate(device, "to_device");
@@ -26,6 +34,7 @@ Tensor to_device(const Tensor& tensor, const Device& device) {
     return tensor.with_device(device);
   }
   if (from_gpu) activate(tensor.device(), "to_device");  // a peer copy: both streams see it
+  if (!from_gpu) ++host_transfer_count;
   Tensor out = Tensor::empty(tensor.shape(), tensor.dtype(), device);
   copy_to_device(out.raw_data(), tensor.raw_data(), tensor.nbytes(), device);
   return out;
@@ -33,6 +42,7 @@ Tensor to_device(const Tensor& tensor, const Device& device) {
 
 Tensor to_host(const Tensor& tensor) {
   if (tensor.device().type == DeviceType::kCPU) return tensor;
+  ++host_transfer_count;
   Tensor out = Tensor::empty(tensor.shape(), tensor.dtype(), Device{});
   copy_to_host(out.raw_data(), tensor.raw_data(), tensor.nbytes(), tensor.device());
   return out;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "runtime/tensor.h"
 
@@ -20,6 +21,11 @@ namespace dtensor::emulated {
 // a GPU device.
 Tensor to_device(const Tensor& tensor, const Device& device);
 Tensor to_host(const Tensor& tensor);
+
+// Copies between host memory and emulated GPU memory made by this process so far: to_device of a
+// host tensor and to_host of a GPU one (peer copies and retags are not counted). Tests count
+// with it how many host reads and writes a path above the kernel front makes.
+int64_t host_transfers();
 
 // Raw copies of `nbytes` between host memory and the memory of `device`.
 void copy_to_device(void* dst, const void* host_src, size_t nbytes, const Device& device);

@@ -83,12 +83,6 @@ std::vector<Checkpoint::TrackedTensor> Checkpoint::tracked_tensors(
       throw_error<InvalidArgumentError>(function, "name '{}' is used by {} and by {}", name,
                                         it->second, what);
     }
-    if (var.layout().mesh().device_type() != DeviceType::kCPU) {
-      throw_error<UnimplementedError>(function,
-                                      "'{}' lives on a {} mesh; checkpoints support CPU "
-                                      "meshes",
-                                      name, device_type_name(var.layout().mesh().device_type()));
-    }
     out.push_back({name, var, optimizer});
   };
   for (const auto& [name, var] : variables_) add(name, var, "");

@@ -25,6 +25,11 @@
 // object changes. Each process reads only the byte ranges of saved shards that overlap the shards
 // of its own devices, and builds each local shard directly (replicas share one buffer).
 //
+// Meshes of any device type: a shard on a GPU (or the emulated GPU) is staged through host memory
+// with the device-neutral copies of dtensor/host_copy.h (host_readable to save, on_device to
+// restore: one copy per GPU device, replicas included); nothing here reads shard memory on the
+// device. A checkpoint saved on GPUs restores into CPU meshes and the other way round.
+//
 // Names: variables (and optimizer slots, named "<optimizer>/<slot name>", e.g.
 // "adam/dense/kernel/m") share one namespace; optimizers, datasets and integers each have their
 // own. Restore is strict by default: everything tracked must be in the checkpoint, and every

@@ -218,11 +218,6 @@ DTensor load_variable(const std::string& path_in, const std::string& name, const
     throw_error<LayoutError>(fn, "cannot load variable '{}' into partial layout {}", name,
                              layout.short_string());
   }
-  if (layout.mesh().device_type() != DeviceType::kCPU) {
-    throw_error<UnimplementedError>(fn, "layout {} is on a {} mesh; checkpoints support CPU meshes",
-                                    layout.short_string(),
-                                    device_type_name(layout.mesh().device_type()));
-  }
   check_tiling(name, record, path, fn);
   std::vector<size_t> box_of_device;
   std::vector<ReadTarget> targets;

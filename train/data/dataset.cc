@@ -120,10 +120,6 @@ std::shared_ptr<const internal::Source> make_source(std::shared_ptr<const Exampl
                                                     Mesh mesh, std::string batch_dim) {
   const char* fn = "Dataset";
   if (examples == nullptr) throw_error<InvalidArgumentError>(fn, "the example source is null");
-  if (mesh.device_type() != DeviceType::kCPU) {
-    throw_error<UnimplementedError>(fn, "mesh {} has {} devices; batches are built for CPU only",
-                                    mesh.dims_string(), device_type_name(mesh.device_type()));
-  }
   if (!mesh.has_dim(batch_dim)) {
     throw_error<InvalidArgumentError>(fn, "mesh {} has no dim '{}'", mesh.dims_string(), batch_dim);
   }

@@ -10,7 +10,10 @@
 // rank) and labels as Layout::batch_sharded(mesh, batch_dim, 1): device d gets the rows of its
 // chunk (Layout::shard_range, so a short last batch has shorter or empty last shards), copied
 // straight from the example rows it owns. Devices that differ only along other mesh dims share one
-// buffer. In a multi-process mesh every process configures its Dataset identically and reads
+// buffer. On a GPU mesh (or the emulated GPU) each chunk is assembled in host memory and copied
+// onto every device that holds it (dtensor/host_copy.h on_device, one copy per device), on the
+// prefetch thread when prefetching, so the next batches' copies overlap the current step.
+// In a multi-process mesh every process configures its Dataset identically and reads
 // only the examples of its local devices: from memory when every process holds the tensors, from
 // disk for a file source (each process then reads its own part of the files).
 //
@@ -67,13 +70,14 @@ class Dataset {
   };
 
   // Called with each freshly assembled local shard of a batch (features, labels: handles to new
-  // buffers) and may change their values in place: normalisation, augmentation. Runs on the
-  // prefetch thread when prefetching, never concurrently with itself.
+  // buffers in host memory, before a GPU mesh's copies) and may change their values in place:
+  // normalisation, augmentation. Runs on the prefetch thread when prefetching, never
+  // concurrently with itself.
   using MapFn = std::function<void(Tensor features, Tensor labels)>;
 
   // Throws DTypeError unless features are f32 and labels i32, ShapeError unless labels are [N]
   // for features [N, ...], InvalidArgumentError if `mesh` has no dim `batch_dim` or the tensors
-  // are not on the CPU, UnimplementedError for a mesh of other than CPU devices.
+  // are not on the CPU. A mesh of GPU devices without a GPU backend fails at its first batch.
   Dataset(Tensor features, Tensor labels, Mesh mesh, std::string batch_dim);
   // Over any source; the mesh errors as above, InvalidArgumentError for a null source.
   Dataset(std::shared_ptr<const ExampleSource> examples, Mesh mesh, std::string batch_dim);

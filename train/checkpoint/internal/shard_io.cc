@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 
+#include "dtensor/host_copy.h"
 #include "runtime/buffer_pool.h"
 #include "runtime/crc32c.h"
 #include "runtime/thread_pool.h"
@@ -22,6 +23,12 @@ constexpr uint64_t kBlocksPerTask = 8;
 
 std::string shard_key(const std::string& entry, const Box& box) {
   return fmt::format("{}@{}", entry, fmt::join(box.offset, ","));
+}
+
+// Where a target's bytes are read to: the device itself for a CPU device; host memory for any
+// other, whose shards assemble() then copies onto each device.
+Device staging_device(const Device& device) {
+  return device.type == DeviceType::kCPU ? device : Device{DeviceType::kCPU, 0};
 }
 
 }  // namespace
@@ -42,7 +49,8 @@ std::vector<ShardToWrite> shards_to_write(const std::string& entry, const DTenso
     Box box{layout.shard_offset(value.shape(), device), layout.shard_shape(value.shape(), device)};
     if (box.empty()) continue;
     std::string key = shard_key(entry, box);
-    out.push_back({entry, std::move(key), std::move(box), value.dtype(), value.shard(i)});
+    out.push_back(
+        {entry, std::move(key), std::move(box), value.dtype(), host_readable(value.shard(i))});
   }
   return out;
 }
@@ -147,7 +155,7 @@ DTensor assemble(const ReadTarget& target, const Layout& layout,
   std::vector<Tensor> shards;
   shards.reserve(local.size());
   for (size_t i = 0; i < local.size(); ++i) {
-    shards.push_back(target.tensors[box_of_device[i]].with_device(mesh_device(mesh, local[i])));
+    shards.push_back(on_device(target.tensors[box_of_device[i]], mesh_device(mesh, local[i])));
   }
   return DTensor::from_trusted_shards(target.record->shape, target.record->dtype, layout,
                                       std::move(shards));
@@ -269,8 +277,8 @@ void read_targets(const std::string& directory, const Index& index,
   for (ReadTarget& target : targets) {
     target.tensors.clear();
     for (size_t b = 0; b < target.boxes.size(); ++b) {
-      target.tensors.push_back(
-          Tensor::empty(target.boxes[b].shape, target.record->dtype, target.devices[b]));
+      target.tensors.push_back(Tensor::empty(target.boxes[b].shape, target.record->dtype,
+                                             staging_device(target.devices[b])));
     }
   }
   std::vector<Job> jobs = plan_jobs(targets, block_bytes);

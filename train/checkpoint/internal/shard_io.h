@@ -23,12 +23,13 @@ struct ShardToWrite {
   std::string key;    // "<entry>@<offset,...>"
   Box box;
   DType dtype = DType::kF32;
-  Tensor data;
+  Tensor data;  // the shard in host memory: itself on a CPU device, a host copy of a GPU's
 };
 
 // The shards of `value` this process writes: for each distinct non-empty shard whose lowest
 // holder (the device with coordinate 0 along every mesh dim the layout does not shard) is a local
-// device, that device's shard. Ascending device order.
+// device, that device's shard, staged through host memory when it lives on a GPU
+// (dtensor/host_copy.h host_readable). Ascending device order.
 std::vector<ShardToWrite> shards_to_write(const std::string& entry, const DTensor& value);
 
 // Writes `shards` back to back into directory/file_name (a safetensors file), fsyncs it, and
@@ -45,7 +46,7 @@ struct ReadTarget {
   const VariableRecord* record = nullptr;
   std::vector<Box> boxes;
   std::vector<Device> devices;  // the first local device of each box
-  std::vector<Tensor> tensors;
+  std::vector<Tensor> tensors;  // host memory (the CPU device's own, CPU:0 for other devices)
 };
 
 // The distinct local boxes of `layout` for `shape` and, per local device in local order, the
@@ -53,7 +54,8 @@ struct ReadTarget {
 ReadTarget make_read_target(const std::string& entry, const VariableRecord& record,
                             const Layout& layout, std::vector<size_t>* box_of_device);
 
-// The DTensor in `layout` whose local shards are the target's buffers.
+// The DTensor in `layout` whose local shards are the target's buffers: shared by the CPU devices
+// of a box, copied onto each device of any other type (dtensor/host_copy.h on_device).
 DTensor assemble(const ReadTarget& target, const Layout& layout,
                  const std::vector<size_t>& box_of_device);
 

@@ -7,6 +7,7 @@
 
 #include "dtensor/collectives.h"
 #include "dtensor/dtensor.h"
+#include "dtensor/host_copy.h"
 
 namespace dtensor::checkpoint_internal {
 namespace {
@@ -15,15 +16,19 @@ MeshDimMask all_dims(const Mesh& mesh) {
   return mesh.rank() >= 32 ? ~MeshDimMask{0} : (MeshDimMask{1} << mesh.rank()) - 1;
 }
 
-// One i64 scalar per local device, holding `value`.
+// One i64 scalar per local device, holding `value` (put on GPU devices through a host copy).
 std::vector<Tensor> scalars(const Mesh& mesh, int64_t value) {
+  Tensor host = Tensor::empty({1}, DType::kI64, Device{});
+  host.data<int64_t>()[0] = value;
   std::vector<Tensor> out;
   for (int64_t device : mesh.local_device_ids()) {
-    Tensor t = Tensor::empty({1}, DType::kI64, mesh_device(mesh, device));
-    t.data<int64_t>()[0] = value;
-    out.push_back(t);
+    out.push_back(on_device(host, mesh_device(mesh, device)));
   }
   return out;
+}
+
+int64_t first_scalar(const std::vector<Tensor>& scalars) {
+  return host_readable(scalars[0]).data<int64_t>()[0];
 }
 
 }  // namespace
@@ -37,7 +42,7 @@ std::string make_save_id(const std::optional<Mesh>& mesh) {
   if (mesh && mesh->num_processes() > 1) {
     std::vector<Tensor> out =
         broadcast(*mesh, all_dims(*mesh), scalars(*mesh, static_cast<int64_t>(id)), 0);
-    id = static_cast<uint64_t>(out[0].data<int64_t>()[0]);
+    id = static_cast<uint64_t>(first_scalar(out));
   }
   return fmt::format("{:016x}", id);
 }
@@ -47,7 +52,7 @@ bool all_succeeded(const std::optional<Mesh>& mesh, bool ok) {
   barrier(*mesh);
   std::vector<Tensor> failed =
       all_reduce(*mesh, all_dims(*mesh), scalars(*mesh, ok ? 0 : 1), ReduceOp::kMax);
-  return failed[0].data<int64_t>()[0] == 0;
+  return first_scalar(failed) == 0;
 }
 
 }  // namespace dtensor::checkpoint_internal

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <utility>
 
+#include "dtensor/host_copy.h"
 #include "train/data/internal/rng.h"
 
 namespace dtensor::data::internal {
@@ -59,14 +60,16 @@ Batch BatchAssembler::build(int64_t epoch, int64_t index) {
     if (it == chunks.end()) {
       Shape shard_shape = feature_shape;
       shard_shape[0] = rows.size;
-      Tensor features = Tensor::empty(shard_shape, DType::kF32, device);
-      Tensor labels = Tensor::empty({rows.size}, DType::kI32, device);
+      // Assembled in host memory: a CPU device's own, CPU:0 for a GPU, whose shards are copies.
+      const Device host = device.type == DeviceType::kCPU ? device : Device{DeviceType::kCPU, 0};
+      Tensor features = Tensor::empty(shard_shape, DType::kF32, host);
+      Tensor labels = Tensor::empty({rows.size}, DType::kI32, host);
       copy_rows(epoch, begin + rows.offset, rows.size, features, labels);
       if (config_.map) config_.map(features, labels);
       it = chunks.insert(chunks.end(), {rows, {features, labels}});
     }
-    feature_shards.push_back(it->second.first.with_device(device));
-    label_shards.push_back(it->second.second.with_device(device));
+    feature_shards.push_back(on_device(it->second.first, device));
+    label_shards.push_back(on_device(it->second.second, device));
   }
   return Batch{DTensor::from_trusted_shards(feature_shape, DType::kF32, src.feature_layout,
                                             std::move(feature_shards)),
