@@ -27,18 +27,29 @@ void launch_each(const char* name, void (*kernel)(const T*, const T*, T*, ConvDi
                  static_cast<const T*>(b), static_cast<T*>(out), d, count);
 }
 
+// The coordinates of element `idx` of a row-major [*, d1, d2, d3] tensor.
+struct Index4 {
+  int64_t i0, i1, i2, i3;
+};
+__device__ inline Index4 split4(int64_t idx, int64_t d1, int64_t d2, int64_t d3) {
+  Index4 r;
+  r.i3 = idx % d3;
+  idx /= d3;
+  r.i2 = idx % d2;
+  idx /= d2;
+  r.i1 = idx % d1;
+  r.i0 = idx / d1;
+  return r;
+}
+
 // ---- Convolution ---------------------------------------------------------------------------
 
 template <typename T>
 __global__ void conv2d_kernel(const T* x, const T* w, T* y, ConvDims d, int64_t count) {
   const int64_t opg = d.o / d.groups;
   DTENSOR_FOR_EACH(idx, count) {
-    const int64_t oc = idx % d.o;
-    int64_t t = idx / d.o;
-    const int64_t ow = t % d.ow;
-    t /= d.ow;
-    const int64_t oh = t % d.oh;
-    const int64_t b = t / d.oh;
+    const Index4 at = split4(idx, d.oh, d.ow, d.o);  // [n, oh, ow, o]
+    const int64_t b = at.i0, oh = at.i1, ow = at.i2, oc = at.i3;
     const int64_t first_c = (oc / opg) * d.cpg;
     T acc = 0;
     for (int64_t i = 0; i < d.kh; ++i) {
@@ -70,12 +81,8 @@ __global__ void conv2d_backprop_input_kernel(const T* w, const T* dy, T* dx, Con
                                              int64_t count) {
   const int64_t opg = d.o / d.groups;
   DTENSOR_FOR_EACH(idx, count) {
-    const int64_t cf = idx % d.c;
-    int64_t t = idx / d.c;
-    const int64_t iw = t % d.w;
-    t /= d.w;
-    const int64_t ih = t % d.h;
-    const int64_t b = t / d.h;
+    const Index4 at = split4(idx, d.h, d.w, d.c);  // [n, h, w, c]
+    const int64_t b = at.i0, ih = at.i1, iw = at.i2, cf = at.i3;
     const int64_t group = cf / d.cpg, ci = cf % d.cpg;
     T acc = 0;
     for (int64_t i = 0; i < d.kh; ++i) {
@@ -100,12 +107,8 @@ __global__ void conv2d_backprop_filter_kernel(const T* x, const T* dy, T* dw, Co
                                               int64_t count) {
   const int64_t opg = d.o / d.groups;
   DTENSOR_FOR_EACH(idx, count) {
-    const int64_t oc = idx % d.o;
-    int64_t t = idx / d.o;
-    const int64_t ci = t % d.cpg;
-    t /= d.cpg;
-    const int64_t j = t % d.kw;
-    const int64_t i = t / d.kw;
+    const Index4 at = split4(idx, d.kw, d.cpg, d.o);  // [kh, kw, cpg, o]
+    const int64_t i = at.i0, j = at.i1, ci = at.i2, oc = at.i3;
     const int64_t cf = (oc / opg) * d.cpg + ci;
     double acc = 0;
     for (int64_t b = 0; b < d.n; ++b) {
@@ -163,25 +166,17 @@ __device__ T window_max(const T* x, const PoolDims& d, const Window& win, int64_
 template <typename T>
 __global__ void max_pool_kernel(const T* x, T* y, PoolDims d, int64_t count) {
   DTENSOR_FOR_EACH(idx, count) {
-    const int64_t c = idx % d.c;
-    int64_t t = idx / d.c;
-    const int64_t ow = t % d.ow;
-    t /= d.ow;
-    const int64_t oh = t % d.oh;
-    y[idx] = window_max(x, d, window_of(d, oh, ow), t / d.oh, c);
+    const Index4 at = split4(idx, d.oh, d.ow, d.c);  // [n, oh, ow, c]
+    y[idx] = window_max(x, d, window_of(d, at.i1, at.i2), at.i0, at.i3);
   }
 }
 
 template <typename T>
 __global__ void avg_pool_kernel(const T* x, T* y, PoolDims d, int64_t count) {
   DTENSOR_FOR_EACH(idx, count) {
-    const int64_t c = idx % d.c;
-    int64_t t = idx / d.c;
-    const int64_t ow = t % d.ow;
-    t /= d.ow;
-    const int64_t oh = t % d.oh;
-    const int64_t b = t / d.oh;
-    const Window win = window_of(d, oh, ow);
+    const Index4 at = split4(idx, d.oh, d.ow, d.c);  // [n, oh, ow, c]
+    const int64_t b = at.i0, c = at.i3;
+    const Window win = window_of(d, at.i1, at.i2);
     T s = 0;
     for (int64_t ih = win.h0; ih < win.h1; ++ih) {
       for (int64_t iw = win.w0; iw < win.w1; ++iw) s += x[((b * d.h + ih) * d.w + iw) * d.c + c];
@@ -195,12 +190,8 @@ __global__ void avg_pool_kernel(const T* x, T* y, PoolDims d, int64_t count) {
 template <typename T, bool kMax>
 __global__ void pool_grad_kernel(const T* x, const T* dy, T* dx, PoolDims d, int64_t count) {
   DTENSOR_FOR_EACH(idx, count) {
-    const int64_t c = idx % d.c;
-    int64_t t = idx / d.c;
-    const int64_t iw = t % d.w;
-    t /= d.w;
-    const int64_t ih = t % d.h;
-    const int64_t b = t / d.h;
+    const Index4 at = split4(idx, d.h, d.w, d.c);  // [n, h, w, c]
+    const int64_t b = at.i0, ih = at.i1, iw = at.i2, c = at.i3;
     int64_t oh0, oh1, ow0, ow1;
     outputs_covering(ih, d.window_h, d.stride_h, d.pad_top, d.oh, &oh0, &oh1);
     outputs_covering(iw, d.window_w, d.stride_w, d.pad_left, d.ow, &ow0, &ow1);

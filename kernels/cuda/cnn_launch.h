@@ -10,9 +10,11 @@
 // Stateless; thread-safe.
 #pragma once
 
-#include <cuda_runtime.h>
-
 #include <cstdint>
+
+// CUDA's own declaration of the stream handle (driver_types.h), repeated so that this header needs
+// no CUDA header: cnn_host_test compiles cnn.cu's kernels as host C++ without CUDA.
+typedef struct CUstream_st* cudaStream_t;
 
 namespace dtensor::kernels::cuda_launch {
 

@@ -14,9 +14,12 @@
 #include <cudnn.h>
 
 #include <array>
+#include <atomic>
 #include <climits>
+#include <cstdio>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -39,26 +42,43 @@ constexpr size_t kMaxWorkspaceBytes = size_t{1} << 30;
 
 enum class Pass : int { kForward, kBackpropInput, kBackpropFilter };
 
+// What check_cudnn throws when cuDNN does not take a convolution (a status of the NOT_SUPPORTED or
+// BAD_PARAM categories): convolve() catches it and runs the direct kernels instead.
+struct CudnnRefused {
+  const char* call;
+  cudnnStatus_t status;
+};
+
 void check_cudnn(cudnnStatus_t status, const char* call, const char* op) {
-  if (status != CUDNN_STATUS_SUCCESS) {
-    throw_error<cuda::CudaError>(op, "{} failed: {}", call, cudnnGetErrorString(status));
+  if (status == CUDNN_STATUS_SUCCESS) return;
+  const int category = CUDNN_STATUS_CATEGORY(status);
+  if (category == CUDNN_STATUS_NOT_SUPPORTED || category == CUDNN_STATUS_BAD_PARAM) {
+    throw CudnnRefused{call, status};
   }
+  throw_error<cuda::CudaError>(op, "{} failed: {}", call, cudnnGetErrorString(status));
 }
 
-// One handle per physical GPU, bound to its stream once; never destroyed.
-cudnnHandle_t cudnn_handle(const Tensor& on, const char* op) {
+// One handle per physical GPU, bound to its stream once and never destroyed, with the mutex that
+// serializes its use (logical devices of one GPU may run their kernels on several threads).
+struct CudnnGpu {
+  cudnnHandle_t handle = nullptr;
+  std::mutex mu;
+};
+CudnnGpu& cudnn_for(const Tensor& on, const char* op) {
   static std::mutex mu;
-  static auto* handles = new std::vector<cudnnHandle_t>;
+  static auto* gpus = new std::vector<std::unique_ptr<CudnnGpu>>;
   cudaStream_t stream = stream_of(on, op);
   const size_t gpu = static_cast<size_t>(cuda::physical_gpu_of(on.device()));
   std::lock_guard<std::mutex> lock(mu);
-  if (handles->size() <= gpu) handles->resize(gpu + 1, nullptr);
-  cudnnHandle_t& h = (*handles)[gpu];
-  if (h == nullptr) {
-    check_cudnn(cudnnCreate(&h), "cudnnCreate", op);
-    check_cudnn(cudnnSetStream(h, stream), "cudnnSetStream", op);
+  if (gpus->size() <= gpu) gpus->resize(gpu + 1);
+  std::unique_ptr<CudnnGpu>& g = (*gpus)[gpu];
+  if (g == nullptr) {
+    auto created = std::make_unique<CudnnGpu>();
+    check_cudnn(cudnnCreate(&created->handle), "cudnnCreate", op);
+    check_cudnn(cudnnSetStream(created->handle, stream), "cudnnSetStream", op);
+    g = std::move(created);
   }
-  return h;
+  return *g;
 }
 
 cuda_launch::ConvDims dims_of(const ConvGeometry& g, const Conv2dParams& p) {
@@ -257,25 +277,38 @@ Choice find_algorithm(Pass pass, cudnnHandle_t h, const Descriptors& d, const Pl
   return c;
 }
 
-// The algorithm of (pass, geometry, dtype, math, GPU), found once.
-Choice cached_algorithm(Pass pass, cudnnHandle_t h, const Descriptors& d, const ConvGeometry& g,
-                        const Conv2dParams& p, const Plan& plan, int gpu, const char* op) {
+// The algorithms of (pass, geometry, dtype, math, GPU), each found once; Choice{} (no algorithm)
+// also for a convolution cuDNN refused, so that it goes to the direct kernels at once next time.
+class AlgorithmCache {
+ public:
   using Key = std::array<int64_t, 19>;
-  static std::mutex mu;
-  static auto* cache = new std::map<Key, Choice>;
-  const Key key{static_cast<int64_t>(pass), plan.type, plan.math, gpu, g.n, plan.x_h,
-                plan.x_w, g.c, g.kh, g.kw, g.cpg, g.o, g.groups, plan.sym_h, plan.sym_w,
-                p.stride_h, p.stride_w, p.dilation_h, p.dilation_w};
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache->find(key);
-    if (it != cache->end()) return it->second;
+  static Key key_of(Pass pass, const ConvGeometry& g, const Conv2dParams& p, const Plan& plan,
+                    int gpu) {
+    return {static_cast<int64_t>(pass), plan.type, plan.math, gpu, g.n, plan.x_h, plan.x_w, g.c,
+            g.kh, g.kw, g.cpg, g.o, g.groups, plan.sym_h, plan.sym_w, p.stride_h, p.stride_w,
+            p.dilation_h, p.dilation_w};
   }
-  const Choice c = find_algorithm(pass, h, d, plan, op);
-  std::lock_guard<std::mutex> lock(mu);
-  (*cache)[key] = c;
-  return c;
-}
+  static std::optional<Choice> find(const Key& key) {
+    std::lock_guard<std::mutex> lock(mu());
+    auto it = map().find(key);
+    if (it == map().end()) return std::nullopt;
+    return it->second;
+  }
+  static void put(const Key& key, const Choice& c) {
+    std::lock_guard<std::mutex> lock(mu());
+    map()[key] = c;
+  }
+
+ private:
+  static std::mutex& mu() {
+    static auto* m = new std::mutex;
+    return *m;
+  }
+  static std::map<Key, Choice>& map() {
+    static auto* m = new std::map<Key, Choice>;
+    return *m;
+  }
+};
 
 // `t` permuted on the device into a contiguous tensor of `shape`, whose element i reads t at
 // source offset sum(index_d * src_strides[d]).
@@ -312,19 +345,10 @@ Tensor padded_x(const Tensor& x, const Plan& plan) {
       0.0);
 }
 
-// Runs one pass on cuDNN; nothing when cuDNN cannot take it (the caller runs the direct kernel).
-// Forward: a = x, b = w (HWIO), returns y. Backprop input: a = w, b = dy, returns dx. Backprop
-// filter: a = x, b = dy, returns dw (HWIO).
-std::optional<Tensor> run_cudnn(Pass pass, const ConvGeometry& g, const Conv2dParams& p,
-                                const Tensor& a, const Tensor& b, const char* op) {
-  const std::optional<Plan> plan = plan_for(g, p, a.dtype());
-  if (!plan) return std::nullopt;
-  cudnnHandle_t h = cudnn_handle(a, op);
-  Descriptors d;
-  describe_conv(g, p, *plan, d, op);
-  const Choice c =
-      cached_algorithm(pass, h, d, g, p, *plan, cuda::physical_gpu_of(a.device()), op);
-  if (c.algo < 0) return std::nullopt;
+// Runs one pass with algorithm c on the descriptors d (the second half of run_cudnn).
+Tensor run_algorithm(Pass pass, const ConvGeometry& g, const Plan& plan, const Tensor& a,
+                     const Tensor& b, cudnnHandle_t h, const Descriptors& d, const Choice& c,
+                     const char* op) {
   Tensor workspace;
   if (c.workspace > 0) {
     workspace = Tensor::empty({static_cast<int64_t>((c.workspace + 7) / 8)}, DType::kI64,
@@ -332,46 +356,89 @@ std::optional<Tensor> run_cudnn(Pass pass, const ConvGeometry& g, const Conv2dPa
   }
   void* ws = c.workspace > 0 ? workspace.raw_data() : nullptr;
   const float one = 1.0f, zero = 0.0f;
-  cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
-  Tensor out;
   if (pass == Pass::kForward) {
-    const Tensor x = padded_x(a, *plan), w = to_krsc(b, g, op);
-    out = Tensor::empty({g.n, g.oh, g.ow, g.o}, a.dtype(), a.device());
-    status = cudnnConvolutionForward(h, &one, d.x, x.raw_data(), d.w, w.raw_data(), d.conv,
-                                     static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws,
-                                     c.workspace, &zero, d.y, out.raw_data());
-  } else if (pass == Pass::kBackpropInput) {
-    const Tensor w = to_krsc(a, g, op);
-    out = Tensor::empty({g.n, plan->x_h, plan->x_w, g.c}, a.dtype(), a.device());
-    status = cudnnConvolutionBackwardData(h, &one, d.w, w.raw_data(), d.y, b.raw_data(), d.conv,
-                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws,
-                                          c.workspace, &zero, d.x, out.raw_data());
-    if (status == CUDNN_STATUS_SUCCESS && (plan->x_h != g.h || plan->x_w != g.w)) {
-      out = registered_table.slice(out, {0, plan->extra_top, plan->extra_left, 0},
-                                   {g.n, g.h, g.w, g.c});
-    }
-  } else {
-    const Tensor x = padded_x(a, *plan);
-    Tensor dw = Tensor::empty({g.o, g.kh, g.kw, g.cpg}, a.dtype(), a.device());
-    status = cudnnConvolutionBackwardFilter(
-        h, &one, d.x, x.raw_data(), d.y, b.raw_data(), d.conv,
-        static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws, c.workspace, &zero, d.w,
-        dw.raw_data());
-    if (status == CUDNN_STATUS_SUCCESS) out = to_hwio(dw, g, op);
+    const Tensor x = padded_x(a, plan), w = to_krsc(b, g, op);
+    Tensor y = Tensor::empty({g.n, g.oh, g.ow, g.o}, a.dtype(), a.device());
+    check_cudnn(cudnnConvolutionForward(h, &one, d.x, x.raw_data(), d.w, w.raw_data(), d.conv,
+                                        static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws,
+                                        c.workspace, &zero, d.y, y.raw_data()),
+                "cudnnConvolutionForward", op);
+    return y;
   }
-  if (status == CUDNN_STATUS_NOT_SUPPORTED) return std::nullopt;
-  check_cudnn(status,
-              pass == Pass::kForward         ? "cudnnConvolutionForward"
-              : pass == Pass::kBackpropInput ? "cudnnConvolutionBackwardData"
-                                             : "cudnnConvolutionBackwardFilter",
-              op);
-  return out;
+  if (pass == Pass::kBackpropInput) {
+    const Tensor w = to_krsc(a, g, op);
+    Tensor dx = Tensor::empty({g.n, plan.x_h, plan.x_w, g.c}, a.dtype(), a.device());
+    check_cudnn(cudnnConvolutionBackwardData(h, &one, d.w, w.raw_data(), d.y, b.raw_data(),
+                                             d.conv,
+                                             static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
+                                             ws, c.workspace, &zero, d.x, dx.raw_data()),
+                "cudnnConvolutionBackwardData", op);
+    if (plan.x_h == g.h && plan.x_w == g.w) return dx;
+    return registered_table.slice(dx, {0, plan.extra_top, plan.extra_left, 0},
+                                  {g.n, g.h, g.w, g.c});
+  }
+  const Tensor x = padded_x(a, plan);
+  Tensor dw = Tensor::empty({g.o, g.kh, g.kw, g.cpg}, a.dtype(), a.device());
+  check_cudnn(cudnnConvolutionBackwardFilter(h, &one, d.x, x.raw_data(), d.y, b.raw_data(),
+                                             d.conv,
+                                             static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
+                                             ws, c.workspace, &zero, d.w, dw.raw_data()),
+              "cudnnConvolutionBackwardFilter", op);
+  return to_hwio(dw, g, op);
+}
+
+// Runs one pass on cuDNN; nothing when cuDNN cannot take it (the caller runs the direct kernel).
+// Forward: a = x, b = w (HWIO), returns y. Backprop input: a = w, b = dy, returns dx. Backprop
+// filter: a = x, b = dy, returns dw (HWIO).
+std::optional<Tensor> run_cudnn(Pass pass, const ConvGeometry& g, const Conv2dParams& p,
+                                const Tensor& a, const Tensor& b, const char* op) {
+  const std::optional<Plan> plan = plan_for(g, p, a.dtype());
+  if (!plan) return std::nullopt;
+  CudnnGpu& gpu = cudnn_for(a, op);
+  std::lock_guard<std::mutex> lock(gpu.mu);
+  cudnnHandle_t h = gpu.handle;
+  Descriptors d;
+  describe_conv(g, p, *plan, d, op);
+  const AlgorithmCache::Key key =
+      AlgorithmCache::key_of(pass, g, p, *plan, cuda::physical_gpu_of(a.device()));
+  std::optional<Choice> cached = AlgorithmCache::find(key);
+  if (cached && cached->algo < 0) return std::nullopt;
+  try {
+    if (!cached) {
+      cached = find_algorithm(pass, h, d, *plan, op);
+      AlgorithmCache::put(key, *cached);
+    }
+    if (cached->algo < 0) return std::nullopt;
+    return run_algorithm(pass, g, *plan, a, b, h, d, *cached, op);
+  } catch (const CudnnRefused&) {
+    AlgorithmCache::put(key, Choice{});
+    throw;
+  }
+}
+
+// Says once per process that cuDNN refused a convolution, so that a run on the (slow) direct
+// kernels is visible in the logs.
+void note_refused(const char* op, const CudnnRefused& r, const ConvGeometry& g) {
+  static std::atomic<bool> said{false};
+  if (said.exchange(true)) return;
+  std::fprintf(stderr,
+               "[%s] cuDNN refused x [%lld,%lld,%lld,%lld] w [%lld,%lld,%lld,%lld] (%s: %s); "
+               "running the direct kernels (said once)\n",
+               op, static_cast<long long>(g.n), static_cast<long long>(g.h),
+               static_cast<long long>(g.w), static_cast<long long>(g.c),
+               static_cast<long long>(g.kh), static_cast<long long>(g.kw),
+               static_cast<long long>(g.cpg), static_cast<long long>(g.o), r.call,
+               cudnnGetErrorString(r.status));
 }
 
 Tensor convolve(Pass pass, const ConvGeometry& g, const Conv2dParams& p, const Tensor& a,
                 const Tensor& b, const Shape& out_shape, const char* op) {
   if (num_elements(out_shape) > 0 && a.num_elements() > 0 && b.num_elements() > 0) {
-    if (std::optional<Tensor> out = run_cudnn(pass, g, p, a, b, op)) return *out;
+    try {
+      if (std::optional<Tensor> out = run_cudnn(pass, g, p, a, b, op)) return *out;
+    } catch (const CudnnRefused& r) {
+      note_refused(op, r, g);
+    }
   }
   return run_direct(pass, g, p, a, b, out_shape, op);
 }
