@@ -9,14 +9,13 @@ Run: python3 bench/peers_gpu_cnn_step.py
 """
 import json
 import os
-import statistics
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peers_cnn import Cnn, Trainer  # noqa: E402
+from peers_gpu_step import median_step_ms  # noqa: E402
 
 
 def main():
@@ -28,19 +27,10 @@ def main():
     x = torch.rand(128, 3, 24, 24, device=device)
     labels = torch.randint(0, 10, (128,), device=device)
 
-    def step():
-        trainer.step(x, labels)
-        torch.cuda.synchronize()
-
-    for _ in range(5):
-        step()
-    times = []
-    for _ in range(30):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
     print(json.dumps({"bench": "peers_gpu_cnn_step", "impl": "pytorch", "batch": 128,
-                      "value": statistics.median(times) * 1e3, "unit": "ms/step"}))
+                      "value": median_step_ms(lambda: trainer.step(x, labels), warmup=5,
+                                              rounds=30),
+                      "unit": "ms/step"}))
 
 
 if __name__ == "__main__":

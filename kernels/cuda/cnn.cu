@@ -19,12 +19,16 @@ void visit_f32_f64(int dtype, Fn&& fn) {
   }
 }
 
-template <typename T>
-void launch_each(const char* name, void (*kernel)(const T*, const T*, T*, ConvDims, int64_t),
-                 const void* a, const void* b, void* out, const ConvDims& d, int64_t count,
-                 cudaStream_t stream) {
-  checked_launch(name, kernel, blocks_for(count), kThreads, stream, static_cast<const T*>(a),
-                 static_cast<const T*>(b), static_cast<T*>(out), d, count);
+// Launches pick(T{}) over `count` elements for the element type of `dtype`: every kernel here
+// takes (two inputs, the output, its dims, count); an unused input is passed null.
+template <typename Pick, typename Dims>
+void launch(int dtype, const char* name, Pick pick, const void* a, const void* b, void* out,
+            const Dims& d, int64_t count, cudaStream_t stream) {
+  visit_f32_f64(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    checked_launch(name, pick(tag), blocks_for(count), kThreads, stream, static_cast<const T*>(a),
+                   static_cast<const T*>(b), static_cast<T*>(out), d, count);
+  });
 }
 
 // The coordinates of element `idx` of a row-major [*, d1, d2, d3] tensor.
@@ -164,7 +168,7 @@ __device__ T window_max(const T* x, const PoolDims& d, const Window& win, int64_
 }
 
 template <typename T>
-__global__ void max_pool_kernel(const T* x, T* y, PoolDims d, int64_t count) {
+__global__ void max_pool_kernel(const T* x, const T*, T* y, PoolDims d, int64_t count) {
   DTENSOR_FOR_EACH(idx, count) {
     const Index4 at = split4(idx, d.oh, d.ow, d.c);  // [n, oh, ow, c]
     y[idx] = window_max(x, d, window_of(d, at.i1, at.i2), at.i0, at.i3);
@@ -172,7 +176,7 @@ __global__ void max_pool_kernel(const T* x, T* y, PoolDims d, int64_t count) {
 }
 
 template <typename T>
-__global__ void avg_pool_kernel(const T* x, T* y, PoolDims d, int64_t count) {
+__global__ void avg_pool_kernel(const T* x, const T*, T* y, PoolDims d, int64_t count) {
   DTENSOR_FOR_EACH(idx, count) {
     const Index4 at = split4(idx, d.oh, d.ow, d.c);  // [n, oh, ow, c]
     const int64_t b = at.i0, c = at.i3;
@@ -245,7 +249,7 @@ __device__ inline T lrn_denominator(const T* row, int64_t c, const LrnDims& d) {
 }
 
 template <typename T>
-__global__ void lrn_kernel(const T* x, T* y, LrnDims d, int64_t count) {
+__global__ void lrn_kernel(const T* x, const T*, T* y, LrnDims d, int64_t count) {
   DTENSOR_FOR_EACH(idx, count) {
     const int64_t c = idx % d.n;
     const T den = lrn_denominator(x + (idx - c), c, d);
@@ -280,77 +284,48 @@ __global__ void lrn_grad_kernel(const T* x, const T* dy, const T* den, const T* 
 
 void conv2d_direct(int dtype, const void* x, const void* w, void* y, const ConvDims& d,
                    cudaStream_t stream) {
-  visit_f32_f64(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    launch_each<T>("conv2d_direct", conv2d_kernel<T>, x, w, y, d, d.n * d.oh * d.ow * d.o,
-                   stream);
-  });
+  launch(dtype, "conv2d_direct", [](auto t) { return conv2d_kernel<decltype(t)>; }, x, w, y, d,
+         d.n * d.oh * d.ow * d.o, stream);
 }
 
 void conv2d_backprop_input_direct(int dtype, const void* w, const void* dy, void* dx,
                                   const ConvDims& d, cudaStream_t stream) {
-  visit_f32_f64(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    launch_each<T>("conv2d_backprop_input_direct", conv2d_backprop_input_kernel<T>, w, dy, dx, d,
-                   d.n * d.h * d.w * d.c, stream);
-  });
+  launch(dtype, "conv2d_backprop_input_direct",
+         [](auto t) { return conv2d_backprop_input_kernel<decltype(t)>; }, w, dy, dx, d,
+         d.n * d.h * d.w * d.c, stream);
 }
 
 void conv2d_backprop_filter_direct(int dtype, const void* x, const void* dy, void* dw,
                                    const ConvDims& d, cudaStream_t stream) {
-  visit_f32_f64(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    launch_each<T>("conv2d_backprop_filter_direct", conv2d_backprop_filter_kernel<T>, x, dy, dw,
-                   d, d.kh * d.kw * d.cpg * d.o, stream);
-  });
+  launch(dtype, "conv2d_backprop_filter_direct",
+         [](auto t) { return conv2d_backprop_filter_kernel<decltype(t)>; }, x, dy, dw, d,
+         d.kh * d.kw * d.cpg * d.o, stream);
 }
 
 void max_pool(int dtype, const void* x, void* y, const PoolDims& d, cudaStream_t stream) {
-  const int64_t count = d.n * d.oh * d.ow * d.c;
-  visit_f32_f64(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    checked_launch("max_pool", max_pool_kernel<T>, blocks_for(count), kThreads, stream,
-                   static_cast<const T*>(x), static_cast<T*>(y), d, count);
-  });
+  launch(dtype, "max_pool", [](auto t) { return max_pool_kernel<decltype(t)>; }, x, nullptr, y,
+         d, d.n * d.oh * d.ow * d.c, stream);
 }
 
 void max_pool_grad(int dtype, const void* x, const void* dy, void* dx, const PoolDims& d,
                    cudaStream_t stream) {
-  const int64_t count = d.n * d.h * d.w * d.c;
-  visit_f32_f64(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    checked_launch("max_pool_grad", pool_grad_kernel<T, true>, blocks_for(count), kThreads,
-                   stream, static_cast<const T*>(x), static_cast<const T*>(dy),
-                   static_cast<T*>(dx), d, count);
-  });
+  launch(dtype, "max_pool_grad", [](auto t) { return pool_grad_kernel<decltype(t), true>; }, x,
+         dy, dx, d, d.n * d.h * d.w * d.c, stream);
 }
 
 void avg_pool(int dtype, const void* x, void* y, const PoolDims& d, cudaStream_t stream) {
-  const int64_t count = d.n * d.oh * d.ow * d.c;
-  visit_f32_f64(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    checked_launch("avg_pool", avg_pool_kernel<T>, blocks_for(count), kThreads, stream,
-                   static_cast<const T*>(x), static_cast<T*>(y), d, count);
-  });
+  launch(dtype, "avg_pool", [](auto t) { return avg_pool_kernel<decltype(t)>; }, x, nullptr, y,
+         d, d.n * d.oh * d.ow * d.c, stream);
 }
 
 void avg_pool_grad(int dtype, const void* dy, void* dx, const PoolDims& d, cudaStream_t stream) {
-  const int64_t count = d.n * d.h * d.w * d.c;
-  visit_f32_f64(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    checked_launch("avg_pool_grad", pool_grad_kernel<T, false>, blocks_for(count), kThreads,
-                   stream, static_cast<const T*>(nullptr), static_cast<const T*>(dy),
-                   static_cast<T*>(dx), d, count);
-  });
+  launch(dtype, "avg_pool_grad", [](auto t) { return pool_grad_kernel<decltype(t), false>; },
+         nullptr, dy, dx, d, d.n * d.h * d.w * d.c, stream);
 }
 
 void lrn(int dtype, const void* x, void* y, const LrnDims& d, cudaStream_t stream) {
-  const int64_t count = d.rows * d.n;
-  visit_f32_f64(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    checked_launch("lrn", lrn_kernel<T>, blocks_for(count), kThreads, stream,
-                   static_cast<const T*>(x), static_cast<T*>(y), d, count);
-  });
+  launch(dtype, "lrn", [](auto t) { return lrn_kernel<decltype(t)>; }, x, nullptr, y, d,
+         d.rows * d.n, stream);
 }
 
 void lrn_grad(int dtype, const void* x, const void* dy, void* dx, void* scratch_d,
