@@ -1,7 +1,8 @@
 // conv2d and its two gradients on the GPU. f32 and bf16 (f32 accumulation, tensor cores) run on
-// cuDNN 9's convolution API with NHWC activations; f64, and any geometry cuDNN refuses or whose
-// extents do not fit its int arguments, run on the direct kernels of cnn_launch.h (bf16 through
-// f32 there, as the CPU). Shapes and dtypes are checked by the front (checks::conv2d and the
+// cuDNN 9's convolution API with NHWC activations; f64, and any geometry cuDNN refuses (a status
+// of its NOT_SUPPORTED or BAD_PARAM categories, said once on stderr) or whose extents do not fit
+// its int arguments, run on the direct kernels of cnn_launch.h (bf16 through f32 there, as the
+// CPU). Shapes and dtypes are checked by the front (checks::conv2d and the
 // gradients' checks).
 //
 // cuDNN takes symmetric padding and KRSC ([o, kh, kw, cpg]) filters: the part of an asymmetric
@@ -10,7 +11,8 @@
 // match the CPU's to f32 rounding, unless TF32 is allowed (tf32.h). Algorithms come from the
 // cudnnGet*_v7 heuristics, restricted to deterministic GEMM-like ones (FFT and Winograd round
 // differently), and are cached per geometry; workspaces come from the GPU allocator (stream-ordered
-// on the device's stream). One cudnnHandle per physical GPU, bound to its stream.
+// on the device's stream). One cudnnHandle per physical GPU, bound to its stream, used under a
+// mutex.
 #include <cudnn.h>
 
 #include <array>
