@@ -13,6 +13,20 @@ import time
 import torch
 
 
+def median_step_ms(step, warmup, rounds):
+    """The median wall time of step() followed by torch.cuda.synchronize(), after warm-up steps."""
+    for _ in range(warmup):
+        step()
+        torch.cuda.synchronize()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
 def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -32,17 +46,9 @@ def main():
         loss = loss_fn(model(x), labels)
         loss.backward()
         optimizer.step()
-        torch.cuda.synchronize()
 
-    for _ in range(5):
-        step()
-    times = []
-    for _ in range(50):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
     print(json.dumps({"bench": "peers_gpu_step", "impl": "pytorch", "batch": 128,
-                      "value": statistics.median(times) * 1e3, "unit": "ms/step"}))
+                      "value": median_step_ms(step, warmup=5, rounds=50), "unit": "ms/step"}))
 
 
 if __name__ == "__main__":

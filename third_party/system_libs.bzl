@@ -135,6 +135,13 @@ cc_library(
     linkopts = ["-lcublas", "-lcublasLt"],
 )
 
+# cuDNN 9 (<cudnn.h>), installed beside the toolkit: the CNN kernels of kernels/cuda.
+cc_library(
+    name = "cudnn",
+    deps = [":cudart"],
+    linkopts = ["-lcudnn"],
+)
+
 cc_library(
     name = "nccl",
     deps = [":cudart"],

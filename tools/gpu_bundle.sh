@@ -12,10 +12,11 @@
 #
 # Libraries: everything ldd lists is copied except the C library family (libc, libm, libdl,
 # libpthread, librt, the loader: they must be the target's own) and the CUDA driver, runtime,
-# cuBLAS and NCCL, which the GPU machine has in the same major version (CUDA 13; the binaries'
-# rpath names /usr/local/cuda/lib64, and run_all.sh adds it to LD_LIBRARY_PATH). cuBLASLt alone
-# is several hundred MB, too big to carry. The folder name starts with bazel- so that the root
-# .gitignore (/bazel-*) covers it.
+# cuBLAS, cuDNN and NCCL, which the GPU machine has in the same major version (CUDA 13, cuDNN 9;
+# the binaries' rpath names /usr/local/cuda/lib64, and run_all.sh adds it to LD_LIBRARY_PATH and
+# finds a library missing there under /usr/local, /opt and /usr/lib). cuBLASLt and cuDNN's
+# engine libraries are each several hundred MB, too big to carry. The folder name starts with
+# bazel- so that the root .gitignore (/bazel-*) covers it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,12 +27,13 @@ TESTS=(
 )
 BENCHES=()
 EXTRA=()
+EXTRA_NAMES=()  # the name of each EXTRA binary in the bundle (the target's name by default)
 if [[ -f tools/gpu_bundle_targets.txt ]]; then
-  while read -r kind target; do
+  while read -r kind target name; do
     case "$kind" in
       test) TESTS+=("$target") ;;
       bench) BENCHES+=("$target") ;;
-      extra) EXTRA+=("$target") ;;
+      extra) EXTRA+=("$target") && EXTRA_NAMES+=("${name:-${target##*:}}") ;;
     esac
   done < <(grep -v '^#' tools/gpu_bundle_targets.txt | grep -v '^$')
 fi
@@ -41,15 +43,16 @@ BIN=$(tools/bazel info --config=cuda bazel-bin 2>/dev/null)
 
 rm -rf "$OUT" "$OUT.tar.xz"
 mkdir -p "$OUT/bin" "$OUT/lib"
-copy_target() {  # //pkg:name -> $OUT/bin/name
-  local label=$1 pkg name
+copy_target() {  # //pkg:name [as] -> $OUT/bin/name (or $OUT/bin/as)
+  local label=$1 pkg name dest
   pkg=${label#//}
   pkg=${pkg%%:*}
   name=${label##*:}
-  cp -L "$BIN/$pkg/$name" "$OUT/bin/$name"
-  chmod u+w "$OUT/bin/$name"
-  strip --strip-debug "$OUT/bin/$name"
-  echo "$name"
+  dest=${2:-$name}
+  cp -L "$BIN/$pkg/$name" "$OUT/bin/$dest"
+  chmod u+w "$OUT/bin/$dest"
+  strip --strip-debug "$OUT/bin/$dest"
+  echo "$dest"
 }
 : >"$OUT/tests.txt"
 : >"$OUT/benches.txt"
@@ -60,9 +63,9 @@ if grep -qx gpu_mesh_test "$OUT/tests.txt"; then
   sed -i 's/^gpu_mesh_test$/gpu_mesh_test ~[labels]\ngpu_mesh_test [labels]/' "$OUT/tests.txt"
 fi
 for t in "${BENCHES[@]}"; do copy_target "$t" >>"$OUT/benches.txt"; done
-for t in "${EXTRA[@]}"; do copy_target "$t" >/dev/null; done
+for i in "${!EXTRA[@]}"; do copy_target "${EXTRA[$i]}" "${EXTRA_NAMES[$i]}" >/dev/null; done
 
-SKIP='^(libc|libm|libdl|libpthread|librt|ld-linux.*|linux-vdso|libcuda|libcudart|libcublas|libcublasLt|libnccl)\.so'
+SKIP='^(libc|libm|libdl|libpthread|librt|ld-linux.*|linux-vdso|libcuda|libcudart|libcublas|libcublasLt|libnccl|libcudnn[a-z_]*)\.so'
 for f in "$OUT"/bin/*; do
   ldd "$f" | awk '/=> \// {print $1, $3}'
 done | sort -u | while read -r name path; do
@@ -71,9 +74,14 @@ done
 
 cp tools/gpu_run_all.sh "$OUT/run_all.sh"
 chmod +x "$OUT/run_all.sh"
-cp bench/peers_gpu_step.py "$OUT/"
+cp bench/peers_gpu_step.py bench/peers_gpu_cnn_step.py bench/peers_cnn.py "$OUT/"
 # MNIST for the example's GPU run (run_all.sh mnist), when this machine has it.
 MNIST=${MNIST_DIR:-/work/shared/data/mnist}
 if [[ -d "$MNIST" ]]; then mkdir -p "$OUT/data/mnist" && cp "$MNIST"/*-ubyte* "$OUT/data/mnist/"; fi
+# Fashion-MNIST for the CNN example's GPU run (run_all.sh cnn): Debian's dataset-fashion-mnist.
+FASHION=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+if [[ -d "$FASHION" ]]; then
+  mkdir -p "$OUT/data/fashion-mnist" && cp "$FASHION"/*-ubyte* "$OUT/data/fashion-mnist/"
+fi
 tar cJf "$OUT.tar.xz" "$OUT"
 du -sh "$OUT" "$OUT.tar.xz"

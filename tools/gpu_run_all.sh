@@ -1,13 +1,15 @@
 #!/bin/bash
 # The GPU suite of a bundle made by tools/gpu_bundle.sh (copied into it as run_all.sh): every test
-# binary, then every bench (and the PyTorch peer step when torch imports), the MNIST example on a
-# GPU mesh (batch=1 and batch=8 logical devices; real MNIST when the bundle has it), and
-# compute-sanitizer --tool memcheck over the tests. Logs go to ./logs, a line per step to stdout,
+# binary, then every bench (and the PyTorch peer steps when torch imports), the MNIST example on a
+# GPU mesh (batch=1 and batch=8 logical devices; real MNIST when the bundle has it), the CNN
+# example (examples/cifar10) on Fashion-MNIST on a batch=1 GPU mesh, which must reach 0.90 test
+# accuracy, and compute-sanitizer --tool memcheck over the tests. Logs go to ./logs, a line per step to stdout,
 # and one last line "SUMMARY: PASS" or "SUMMARY: FAIL (...)".
 # Under $OUT the logs are packed into one file, logs.tar.gz (the device tool brings back at most 8
 # files). Each binary runs under `timeout` (GPU_STEP_TIMEOUT seconds, default 120; memcheck gets
-# three times that), so a hang fails its step instead of the whole call.
-#   run_all.sh [tests|benches|mnist|memcheck]...   (default: all four)
+# three times that, the CNN's training GPU_CNN_TIMEOUT, default 420), so a hang fails its step
+# instead of the whole call.
+#   run_all.sh [tests|benches|mnist|cnn|memcheck]...   (default: all five)
 # It runs on a GPU machine, so no GPU is a failure, never a pass: nvidia-smi must list a GPU, and
 # the test binaries get DTENSOR_REQUIRE_GPU=1, which makes them fail (not skip) when CUDA sees
 # none (runtime/cuda/gpu_test_main.cc), e.g. after a driver mismatch.
@@ -28,7 +30,7 @@ for lib in $(ldd "$DIR"/bin/* 2>/dev/null | awk '/not found/ {print $1}' | sort 
 done
 export DTENSOR_REQUIRE_GPU=1
 STEPS=("$@")
-[[ ${#STEPS[@]} -eq 0 ]] && STEPS=(tests benches mnist memcheck)
+[[ ${#STEPS[@]} -eq 0 ]] && STEPS=(tests benches mnist cnn memcheck)
 status=0
 failed=()
 fail() {
@@ -66,6 +68,8 @@ for step in "${STEPS[@]}"; do
       if python3 -c "import torch" 2>/dev/null; then
         echo "== peers_gpu_step (PyTorch, same GPU)"
         bounded python3 "$DIR/peers_gpu_step.py" 2>&1 | tail -3
+        echo "== peers_gpu_cnn_step (PyTorch, same GPU)"
+        bounded python3 "$DIR/peers_gpu_cnn_step.py" 2>&1 | tail -3
       fi
       ;;
     mnist)
@@ -76,6 +80,22 @@ for step in "${STEPS[@]}"; do
           >"$LOGS/mnist_$mesh.log" 2>&1 || fail "mnist $mesh"
         echo "== mnist $mesh: $(tail -1 "$LOGS/mnist_$mesh.log" | cut -c1-300)"
       done
+      ;;
+    cnn)
+      # The acceptance run: 8 epochs (the CPU reaches 0.9016 after 7, docs/benchmarks.md).
+      log="$LOGS/cnn_fashion_mnist.log"
+      if [[ ! -d "$DIR/data/fashion-mnist" ]]; then
+        echo "FAIL cnn: no data/fashion-mnist in the bundle (apt-get install dataset-fashion-mnist)"
+        fail "cnn"
+        continue
+      fi
+      timeout -k 5 "${GPU_CNN_TIMEOUT:-420}" "$DIR/bin/cnn_train" --device=gpu --mesh=batch=1 \
+        --dataset=fashion_mnist --data_dir="$DIR/data/fashion-mnist" --epochs=8 --log_every=100 \
+        --metrics_out="$LOGS/cnn_fashion_mnist.jsonl" >"$log" 2>&1 || fail "cnn"
+      accuracy=$(grep -o 'test accuracy [0-9.]*' "$log" | tail -1 | awk '{print $3}')
+      if ! awk -v a="${accuracy:-0}" 'BEGIN { exit !(a >= 0.90) }'; then fail "cnn accuracy"; fi
+      echo "== cnn fashion_mnist batch=1: test accuracy ${accuracy:-none} (>= 0.90 wanted);" \
+        "$(grep '^epoch' "$log" | tail -1 | cut -c1-200)"
       ;;
     memcheck)
       # --report-api-errors no: NCCL probes its kernels with cudaFuncGetAttributes and handles the

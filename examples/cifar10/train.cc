@@ -6,6 +6,7 @@
 //   tools/bazel run //examples/cifar10:train                            # synthetic set, batch=8
 //   tools/bazel run //examples/cifar10:train -- --data_dir=/path/to/cifar-10-batches-bin
 //   tools/bazel run //examples/cifar10:train -- --dataset=fashion_mnist --epochs=5
+//   tools/bazel run --config=cuda //examples/cifar10:train -- --device=gpu   # logical GPUs
 //
 // Every --log_every steps it prints the tutorial's line
 //   step N, loss = X (E examples/sec; S sec/batch)
@@ -25,6 +26,7 @@
 #include "dtensor/runtime.h"
 #include "dtensor/virtual_devices.h"
 #include "examples/cifar10/data.h"
+#include "dtensor/host_copy.h"
 #include "examples/cifar10/model.h"
 #include "ops/autograd.h"
 #include "ops/ops.h"
@@ -47,6 +49,7 @@ struct Flags {
   int64_t train_limit = -1;
   int64_t test_limit = -1;
   std::string mesh = "batch=8";
+  std::string device = "cpu";
   int64_t epochs = 2;
   int64_t batch_size = 128;
   double lr = 0.1;
@@ -93,6 +96,12 @@ void define_flags(cli::Flags& cli, Flags& f) {
   cli.add_int("--test_limit", &f.test_limit,
               "use only the first N test examples (-1: all; synthetic: 512)", -1);
   cli.add_string("--mesh", &f.mesh, "mesh dims: batch=N, one tower per device", check_mesh);
+  cli.add_string("--device", &f.device,
+                 "cpu or gpu: the towers' device type; gpu runs them as logical devices of the "
+                 "visible GPUs (a --config=cuda build), the batches assembled on the host",
+                 [](const std::string& d) {
+                   return d == "cpu" || d == "gpu" ? "" : "expected cpu or gpu, got '" + d + "'";
+                 });
   cli.add_int("--epochs", &f.epochs, "epochs to train", 1);
   cli.add_int("--batch_size", &f.batch_size, "global batch size (split over the towers)", 1);
   cli.add_double("--lr", &f.lr, "initial SGD learning rate", /*positive=*/true);
@@ -131,17 +140,36 @@ std::optional<std::string> check_ranges(const Flags& f) {
   return std::nullopt;
 }
 
-double scalar(const DTensor& x) { return to_global(x).data<float>()[0]; }
+// A scalar result read on the host (copied back from a GPU mesh).
+double scalar(const DTensor& x) { return host_readable(to_global(x)).data<float>()[0]; }
+
+// The batch's features and labels moved from the host mesh they were assembled on to the
+// towers' mesh (the same dims and layouts), shard by shard; unchanged on a CPU mesh.
+data::Batch onto(data::Batch batch, const Mesh& mesh) {
+  if (mesh.device_type() == DeviceType::kCPU) return batch;
+  for (DTensor* t : {&batch.features, &batch.labels}) {
+    const std::vector<int64_t> ids = mesh.local_device_ids();
+    std::vector<Tensor> shards;
+    shards.reserve(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      shards.push_back(on_device(t->shards()[i], mesh_device(mesh, ids[i])));
+    }
+    *t = DTensor(t->shape(), t->dtype(), Layout(t->layout().sharding_specs(), mesh),
+                 std::move(shards));
+  }
+  return batch;
+}
 
 struct TestMetrics {
   double loss = 0, accuracy = 0;
 };
 
-TestMetrics evaluate(const examples::Cifar10Cnn& model, data::Dataset& test) {
+TestMetrics evaluate(const examples::Cifar10Cnn& model, data::Dataset& test, const Mesh& mesh) {
   test.restore({0, 0});
   double loss = 0, correct = 0;
   int64_t seen = 0;
-  while (std::optional<data::Batch> batch = test.next()) {
+  while (std::optional<data::Batch> next = test.next()) {
+    const std::optional<data::Batch> batch = onto(*next, mesh);
     DTensor logits = model(batch->features);
     loss += scalar(reduce_sum(sparse_softmax_cross_entropy(logits, batch->labels)));
     correct += scalar(
@@ -156,7 +184,7 @@ int run(int argc, char** argv, const Runtime& rt) {
   Flags f;
   cli::Flags cli("train",
                  "Trains the CNN of TensorFlow's CIFAR-10 tutorial as towers over a mesh of "
-                 "virtual CPU devices.");
+                 "virtual CPU devices (or logical GPUs).");
   define_flags(cli, f);
   cli::add_precision_flag(cli, &f.precision);
   if (std::optional<int> code = cli.parse(argc, argv, rt.process_index() == 0)) return *code;
@@ -173,15 +201,17 @@ int run(int argc, char** argv, const Runtime& rt) {
                                       f.mesh, dims[0].size, rt.num_processes());
   }
   configure_virtual_cpus(dims[0].size / rt.num_processes());
-  Mesh mesh = create_mesh(dims);
+  // The towers' mesh; the datasets assemble batches on a host mesh of the same dims.
+  Mesh mesh = create_mesh(dims, f.device == "gpu" ? DeviceType::kGPU : DeviceType::kCPU);
+  const Mesh host_mesh = f.device == "gpu" ? create_mesh(dims) : mesh;
   const bool reporter = rt.process_index() == 0;
 
   examples::Splits data =
       examples::load_splits({f.dataset, f.data_dir, f.train_limit, f.test_limit, f.seed});
-  data::Dataset train(data.train, mesh, "batch");
+  data::Dataset train(data.train, host_mesh, "batch");
   train.augment(data.train_augmentation);
   train.cache().shuffle(f.seed).batch(f.batch_size).repeat(f.epochs).prefetch(2);
-  data::Dataset test(data.test, mesh, "batch");
+  data::Dataset test(data.test, host_mesh, "batch");
   test.augment(data.test_augmentation);
   test.cache().batch(f.batch_size).repeat(1);
   const int64_t steps_per_epoch = train.batches_per_epoch();
@@ -238,7 +268,7 @@ int run(int argc, char** argv, const Runtime& rt) {
     // Checkpoints are taken between epochs: every epoch runs from its first batch.
     for (int64_t b = 0; b < steps_per_epoch; ++b) {
       const Clock::time_point start = Clock::now();
-      std::optional<data::Batch> batch = train.next();
+      const std::optional<data::Batch> batch = onto(*train.next(), mesh);
       GradientTape tape;
       for (const DVariable& v : vars) tape.watch(v);
       DTensor logits = model(batch->features);
@@ -268,7 +298,7 @@ int run(int argc, char** argv, const Runtime& rt) {
     {
       std::optional<ExponentialMovingAverage::Swap> averaged;
       if (ema) averaged.emplace(ema->swap_in(vars));
-      te = evaluate(model, test);
+      te = evaluate(model, test, mesh);
     }
     const double train_loss = loss_sum / static_cast<double>(std::max<int64_t>(seen, 1));
     const double examples_per_s = static_cast<double>(seen) / std::max(train_seconds, 1e-9);

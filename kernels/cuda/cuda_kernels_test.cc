@@ -1,10 +1,12 @@
 // The GPU kernels against the CPU kernels on the same inputs: each case runs the front on host
 // tensors and on their copies on a GPU device and compares (f32 to 1e-5 relative, f64 to 1e-12,
-// bf16 to one bf16 ulp; copies, integer results and uniform Philox draws bit for bit). Skips with
-// one line without a GPU (runtime/cuda/gpu_test_main.cc).
+// bf16 to one bf16 ulp unless a case states more; copies, integer results and uniform Philox
+// draws bit for bit). Skips with one line without a GPU (runtime/cuda/gpu_test_main.cc).
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <string>
 #include <vector>
@@ -96,23 +98,29 @@ void check_close(const Tensor& gpu, const Tensor& cpu, const std::string& what,
 // |a| x |b| computed in f64. It still fails on a wrong element (a wrong index or transpose
 // misses by the size of the terms, |a| x |b| / sqrt(k) or more); seen on an H200: 0.045 off on
 // elements of [128,784] x [784,700] where |a| x |b| is about 780.
-void check_bf16_matmul_close(const Tensor& gpu, const Tensor& a, const Tensor& b,
-                             const MatmulOptions& o) {
-  const Tensor cpu = cast(matmul(a, b, o), DType::kF64);
-  const Tensor bound = matmul(unary(UnaryOp::kAbs, cast(a, DType::kF64)),
-                              unary(UnaryOp::kAbs, cast(b, DType::kF64)), o);
+// |gpu - cpu| <= rel * (bound + |cpu|) per element, bound (f64) the sum of the absolute terms.
+void check_within_bound(const Tensor& gpu, const Tensor& cpu_in, const Tensor& bound, double rel) {
+  const Tensor cpu = cast(cpu_in, DType::kF64);
   const Tensor g = cast(H(gpu), DType::kF64);
   REQUIRE(g.shape() == cpu.shape());
-  INFO("bf16 matmul " << shape_to_string(a.shape()) << " x " << shape_to_string(b.shape()));
+  REQUIRE(bound.shape() == cpu.shape());
   int bad = 0;
   for (int64_t i = 0; i < g.num_elements() && bad < 5; ++i) {
     const double x = g.data<double>()[i], y = cpu.data<double>()[i];
-    const double tol = 0x1p-8 * (bound.data<double>()[i] + std::abs(y));
+    const double tol = rel * (bound.data<double>()[i] + std::abs(y));
     if (!(std::abs(x - y) <= tol)) {
       ++bad;
       FAIL_CHECK("element " << i << ": GPU " << x << " vs CPU " << y << " (bound " << tol << ")");
     }
   }
+}
+
+void check_bf16_matmul_close(const Tensor& gpu, const Tensor& a, const Tensor& b,
+                             const MatmulOptions& o) {
+  const Tensor bound = matmul(unary(UnaryOp::kAbs, cast(a, DType::kF64)),
+                              unary(UnaryOp::kAbs, cast(b, DType::kF64)), o);
+  INFO("bf16 matmul " << shape_to_string(a.shape()) << " x " << shape_to_string(b.shape()));
+  check_within_bound(gpu, matmul(a, b, o), bound, 0x1p-8);
 }
 
 const DType kFloats[] = {DType::kF32, DType::kF64, DType::kBF16};
@@ -484,4 +492,217 @@ TEST_CASE("a failed kernel launch throws CudaError naming the kernel and CUDA's 
       cuda_launch::launch_failed(cudaErrorNoKernelImageForDevice, "adam_kernel"), cuda::CudaError,
       Message("[adam_kernel] kernel launch failed: no kernel image is available for execution on "
               "the device"));
+}
+
+// ---- CNN kernels: conv2d (cuDNN for f32/bf16, direct kernels for f64), pooling, LRN ----------
+
+namespace {
+
+struct ConvCase {
+  Shape x, w;
+  Conv2dParams p;
+};
+
+Conv2dParams conv_params(int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+                         std::array<int64_t, 4> pads, int64_t groups = 1) {
+  Conv2dParams p;
+  p.stride_h = sh;
+  p.stride_w = sw;
+  p.dilation_h = dh;
+  p.dilation_w = dw;
+  p.pad_top = pads[0];
+  p.pad_bottom = pads[1];
+  p.pad_left = pads[2];
+  p.pad_right = pads[3];
+  p.groups = groups;
+  return p;
+}
+
+// Strides, same/valid/explicit and asymmetric padding, dilation, groups, odd sizes.
+std::vector<ConvCase> conv_cases() {
+  return {
+      {{2, 7, 9, 3}, {3, 3, 3, 4}, conv_params(1, 1, 1, 1, {1, 1, 1, 1})},     // same
+      {{2, 8, 8, 4}, {3, 3, 4, 6}, conv_params(2, 2, 1, 1, {0, 1, 0, 1})},     // TF same, stride 2
+      {{1, 9, 7, 6}, {2, 3, 3, 4}, conv_params(1, 1, 2, 1, {0, 0, 0, 0}, 2)},  // valid, dilated
+      {{3, 5, 5, 2}, {5, 5, 2, 3}, conv_params(1, 1, 1, 1, {2, 2, 2, 2})},     // CIFAR's 5x5
+      {{2, 6, 6, 4}, {3, 3, 1, 4}, conv_params(1, 1, 1, 1, {1, 1, 1, 1}, 4)},  // depthwise
+      {{1, 10, 11, 3}, {4, 2, 3, 5}, conv_params(3, 2, 1, 2, {3, 0, 1, 2})},   // explicit
+      {{4, 5, 5, 8}, {1, 1, 8, 16}, conv_params(1, 1, 1, 1, {0, 0, 0, 0})},    // 1x1
+      {{2, 13, 4, 2}, {3, 2, 2, 3}, conv_params(2, 1, 2, 1, {2, 1, 0, 1})},    // odd, uneven
+  };
+}
+
+// The convolutions' tolerance, per element, relative to the sum of the absolute values of its
+// terms (check_within_bound; the bound is the same pass on |x|, |w|, |dy| in f64): f32 1e-5 (FMA
+// math, no TF32: only the order of the sums differs), f64 1e-12, bf16 2^-8 (cuDNN multiplies the
+// bf16 inputs exactly and sums in f32 as the CPU does, but may add split partials in bf16, as
+// cuBLAS did in the matmul check above).
+double conv_rel(DType dt) {
+  return dt == DType::kBF16 ? 0x1p-8 : dt == DType::kF64 ? 1e-12 : 1e-5;
+}
+Tensor abs64(const Tensor& t) { return unary(UnaryOp::kAbs, cast(t, DType::kF64)); }
+
+// The message of what fn throws ("" if nothing).
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("GPU conv2d and its gradients match the CPU") {
+  for (DType dt : kFloats) {
+    uint64_t seed = 20;
+    for (const ConvCase& c : conv_cases()) {
+      INFO(dtype_name(dt) << " x [" << c.x[1] << "," << c.x[2] << "] w [" << c.w[0] << ","
+                          << c.w[1] << "] groups " << c.p.groups);
+      Tensor x = values(c.x, dt, -2, 2, ++seed), w = values(c.w, dt, -1, 1, ++seed);
+      const Tensor y = conv2d(x, w, c.p);
+      {
+        INFO("conv2d");
+        check_within_bound(conv2d(G(x), G(w), c.p), y, conv2d(abs64(x), abs64(w), c.p),
+                           conv_rel(dt));
+      }
+      Tensor dy = values(y.shape(), dt, -1, 1, ++seed);
+      {
+        INFO("conv2d_backprop_input");
+        check_within_bound(conv2d_backprop_input(c.x, G(w), G(dy), c.p),
+                           conv2d_backprop_input(c.x, w, dy, c.p),
+                           conv2d_backprop_input(c.x, abs64(w), abs64(dy), c.p), conv_rel(dt));
+      }
+      {
+        INFO("conv2d_backprop_filter");
+        check_within_bound(conv2d_backprop_filter(G(x), c.w, G(dy), c.p),
+                           conv2d_backprop_filter(x, c.w, dy, c.p),
+                           conv2d_backprop_filter(abs64(x), c.w, abs64(dy), c.p), conv_rel(dt));
+      }
+    }
+  }
+}
+
+TEST_CASE("GPU conv2d: repeated geometries reuse the cached algorithm; empty batches") {
+  const ConvCase c = conv_cases()[1];
+  Tensor x = values(c.x, DType::kF32, -2, 2, 3), w = values(c.w, DType::kF32, -1, 1, 4);
+  const Tensor want = conv2d(x, w, c.p), bound = conv2d(abs64(x), abs64(w), c.p);
+  for (int i = 0; i < 3; ++i) check_within_bound(conv2d(G(x), G(w), c.p), want, bound, 1e-5);
+  Shape empty_x = c.x;
+  empty_x[0] = 0;
+  Tensor y = conv2d(G(Tensor::empty(empty_x, DType::kF32)), G(w), c.p);
+  CHECK(y.shape() == Shape{0, 4, 4, 6});
+  Tensor dw = conv2d_backprop_filter(G(Tensor::empty(empty_x, DType::kF32)), c.w, y, c.p);
+  check_close(dw, Tensor::zeros(c.w, DType::kF32), "dw of an empty batch");
+}
+
+TEST_CASE("GPU conv2d errors are the CPU's") {
+  Tensor x = values({1, 5, 5, 3}, DType::kF32), w = values({3, 3, 2, 4}, DType::kF32);
+  const std::string cpu = error_of([&] { conv2d(x, w, Conv2dParams{}); });
+  CHECK_FALSE(cpu.empty());
+  CHECK(error_of([&] { conv2d(G(x), G(w), Conv2dParams{}); }) == cpu);
+}
+
+namespace {
+
+Pool2dParams pool_params(int64_t wh, int64_t ww, int64_t sh, int64_t sw,
+                         std::array<int64_t, 4> pads) {
+  Pool2dParams p;
+  p.window_h = wh;
+  p.window_w = ww;
+  p.stride_h = sh;
+  p.stride_w = sw;
+  p.pad_top = pads[0];
+  p.pad_bottom = pads[1];
+  p.pad_left = pads[2];
+  p.pad_right = pads[3];
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("GPU pooling and its gradients match the CPU, ties and NaN included") {
+  const std::vector<std::pair<Shape, Pool2dParams>> cases = {
+      {{2, 8, 8, 3}, pool_params(2, 2, 2, 2, {0, 0, 0, 0})},
+      {{2, 7, 9, 4}, pool_params(3, 3, 2, 2, {1, 1, 1, 1})},
+      {{1, 6, 5, 5}, pool_params(3, 2, 1, 2, {0, 2, 1, 0})},
+      {{3, 5, 7, 2}, pool_params(3, 3, 1, 1, {1, 1, 1, 1})},
+  };
+  for (DType dt : kFloats) {
+    for (const auto& [shape, p] : cases) {
+      INFO(dtype_name(dt) << " window " << p.window_h << "x" << p.window_w << " x [" << shape[1]
+                          << "," << shape[2] << "]");
+      // Integers in [-3, 3): many tied maxima, to check that dy goes to the first of them.
+      Tensor x = cast(values(shape, DType::kI32, -3, 3, 7), dt);
+      if (dt != DType::kBF16) {
+        Tensor xf = cast(x, DType::kF64);
+        xf.data<double>()[5] = std::numeric_limits<double>::quiet_NaN();
+        x = cast(xf, dt);
+      }
+      const Tensor y = max_pool2d(x, p);
+      check_close(max_pool2d(G(x), p), y, "max_pool2d", 0);
+      Tensor dy = values(y.shape(), dt, -1, 1, 8);
+      check_close(max_pool2d_grad(G(x), G(dy), p), max_pool2d_grad(x, dy, p), "max_pool2d_grad");
+      Tensor xs = values(shape, dt, -2, 2, 9);
+      check_close(avg_pool2d(G(xs), p), avg_pool2d(xs, p), "avg_pool2d");
+      check_close(avg_pool2d_grad(shape, G(dy), p), avg_pool2d_grad(shape, dy, p),
+                  "avg_pool2d_grad");
+    }
+  }
+}
+
+TEST_CASE("GPU pooling errors are the CPU's") {
+  Tensor x = values({1, 4, 4, 2}, DType::kF32);
+  CHECK_THROWS_MATCHES(max_pool2d(G(x), pool_params(2, 2, 1, 1, {2, 0, 0, 0})),
+                       InvalidArgumentError,
+                       Message("[max_pool2d] window 2x2 and strides 1x1 must be >= 1, paddings "
+                               "2,0,0,0 in [0, window)"));
+  const Pool2dParams p = pool_params(2, 2, 2, 2, {0, 0, 0, 0});
+  Tensor wrong_dy = values({1, 3, 2, 2}, DType::kF32);
+  for (auto [gpu, cpu] :
+       std::vector<std::pair<std::string, std::string>>{
+           {error_of([&] { max_pool2d(G(values({4, 4}, DType::kF32)), p); }),
+            error_of([&] { max_pool2d(values({4, 4}, DType::kF32), p); })},
+           {error_of([&] { avg_pool2d(G(values({1, 1, 4, 2}, DType::kF32)), p); }),
+            error_of([&] { avg_pool2d(values({1, 1, 4, 2}, DType::kF32), p); })},
+           {error_of([&] { max_pool2d_grad(G(x), G(wrong_dy), p); }),
+            error_of([&] { max_pool2d_grad(x, wrong_dy, p); })},
+           {error_of([&] { avg_pool2d_grad({1, 4, 4, 2}, G(wrong_dy), p); }),
+            error_of([&] { avg_pool2d_grad({1, 4, 4, 2}, wrong_dy, p); })},
+           {error_of([&] { max_pool2d(G(values({1, 4, 4, 2}, DType::kI32)), p); }),
+            error_of([&] { max_pool2d(values({1, 4, 4, 2}, DType::kI32), p); })},
+       }) {
+    CHECK_FALSE(cpu.empty());
+    CHECK(gpu == cpu);
+  }
+}
+
+TEST_CASE("GPU local response normalisation and its gradient match the CPU") {
+  const std::vector<LrnParams> params = {
+      {5, 1.0, 1.0, 0.5},        // TF's defaults
+      {2, 2.0, 1e-4, 0.75},      // the CIFAR-10 tutorial's
+      {1, 1.0, 0.5, 1.0},        // beta 1
+      {3, 1.5, 0.1, 0.6},        // a general beta (pow)
+      {20, 1.0, 0.01, 0.75},     // radius beyond the channels
+  };
+  for (DType dt : kFloats) {
+    for (const LrnParams& p : params) {
+      INFO(dtype_name(dt) << " radius " << p.depth_radius << " beta " << p.beta);
+      Tensor x = values({2, 3, 4, 11}, dt, -2, 2, 11), dy = values({2, 3, 4, 11}, dt, -1, 1, 12);
+      check_close(local_response_normalization(G(x), p), local_response_normalization(x, p),
+                  "lrn", 2);
+      check_close(local_response_normalization_grad(G(x), G(dy), p),
+                  local_response_normalization_grad(x, dy, p), "lrn_grad", 4);
+    }
+  }
+  Tensor x = values({2, 5}, DType::kF32);
+  CHECK_THROWS_MATCHES(local_response_normalization(G(x), LrnParams{-1, 1.0, 1.0, 0.5}),
+                       InvalidArgumentError,
+                       Message("[local_response_normalization] depth_radius must be >= 0, got -1"));
+  CHECK(error_of([&] { local_response_normalization_grad(G(x), G(values({5, 2}, DType::kF32)),
+                                                         LrnParams{}); }) ==
+        error_of([&] { local_response_normalization_grad(x, values({5, 2}, DType::kF32),
+                                                         LrnParams{}); }));
 }

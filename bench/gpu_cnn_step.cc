@@ -1,0 +1,53 @@
+// The CIFAR-10 tutorial CNN's training step (examples/cifar10: conv 5x5x64, pool, LRN, conv, LRN,
+// pool, dense 384-192-10; loss + L2 weight decay, SGD, moving averages) at global batch 128 of
+// 24x24x3 images on GPU meshes batch=1 and batch=8 (logical devices on the first GPU). Compare
+// with bench/peers_gpu_cnn_step.py (the same step in PyTorch, cuDNN) on the same GPU right after.
+// Each step ends with a device synchronize; medians of 30 steps after 5 warm-up steps.
+#include <cstdio>
+#include <vector>
+
+#include "bench/report.h"
+#include "dtensor/creation.h"
+#include "examples/cifar10/model.h"
+#include "ops/autograd.h"
+#include "ops/ops.h"
+#include "runtime/cuda/gpu_collectives.h"
+#include "runtime/cuda/gpu_devices.h"
+#include "train/optim/ema.h"
+#include "train/optim/optimizers.h"
+#include "train/optim/weight_decay.h"
+
+int main() {
+  using namespace dtensor;
+  if (cuda::physical_gpu_count() == 0) {
+    std::fprintf(stderr, "gpu_cnn_step: no GPU visible (%s)\n", cuda::no_gpu_reason().c_str());
+    return 1;
+  }
+  cuda::register_gpu_collectives();
+  const int64_t batch = 128;
+  for (const char* spec : {"batch=1", "batch=8"}) {
+    Mesh mesh = Mesh::create(parse_mesh_dims(spec), DeviceType::kGPU);
+    examples::Cifar10Cnn model(mesh, {24, 24, 3}, 10, 1);
+    std::vector<DVariable> vars = model.variables();
+    const std::vector<DVariable> decayed = model.decayed_variables();
+    SGD optimizer(0.1);
+    optimizer.build(vars);
+    ExponentialMovingAverage ema(0.9999);
+    ema.track(vars);
+    DTensor x = random_uniform({batch, 24, 24, 3}, Layout::batch_sharded(mesh, "batch", 4), 1);
+    DTensor labels = cast(scale(random_uniform({batch}, Layout::batch_sharded(mesh, "batch", 1), 2),
+                                9.99),
+                          DType::kI32);
+    auto step = [&] {
+      GradientTape tape;
+      for (const DVariable& v : vars) tape.watch(v);
+      DTensor loss = reduce_mean(sparse_softmax_cross_entropy(model(x), labels));
+      loss = add(loss, weight_decay_loss(decayed, 0.004));
+      optimizer.apply(vars, tape.gradient(loss, vars));
+      ema.apply(vars);
+      cuda::synchronize(Device{DeviceType::kGPU, 0});
+    };
+    const double seconds = bench::median_seconds(step, 30, 5);
+    bench::report("gpu_cnn_step", {{"mesh", spec}, {"batch", batch}}, seconds * 1e3, "ms/step");
+  }
+}
