@@ -1,9 +1,10 @@
 #!/bin/bash
 # The GPU suite of a bundle made by tools/gpu_bundle.sh (copied into it as run_all.sh): every test
 # binary, then every bench (and the PyTorch peer step when torch imports), the MNIST example on a
-# GPU mesh (batch=1 and batch=8 logical devices; real MNIST when the bundle has it), and
-# compute-sanitizer --tool memcheck over the tests. Logs go to $OUT (the device tool's folder) or
-# ./logs, a line per step to stdout, and one last line "SUMMARY: PASS" or "SUMMARY: FAIL (...)".
+# GPU mesh (batch=1 and batch=8 logical devices; real MNIST when the bundle has it; their
+# loss_bits must be EQUAL, else the step fails), and compute-sanitizer --tool memcheck over the
+# tests. Logs go to $OUT (the device tool's folder) or ./logs, a line per step to stdout, and one
+# last line "SUMMARY: PASS" or "SUMMARY: FAIL (...)".
 #   run_all.sh [tests|benches|mnist|memcheck]...   (default: all four)
 # It runs on a GPU machine, so no GPU is a failure, never a pass: nvidia-smi must list a GPU, and
 # the test binaries get DTENSOR_REQUIRE_GPU=1, which makes them fail (not skip) when CUDA sees
@@ -64,6 +65,19 @@ for step in "${STEPS[@]}"; do
           >"$LOGS/mnist_$mesh.log" 2>&1 || fail "mnist $mesh"
         echo "== mnist $mesh: $(tail -1 "$LOGS/mnist_$mesh.log" | cut -c1-300)"
       done
+      # The same bits on every mesh: batch=8 logical devices of one GPU print batch=1's loss_bits
+      # every epoch (ops/README.md, "Batch-invariant sums").
+      bits() {
+        sed -nE 's/.*"loss_bits":"([^"]*)".*/\1/p' "$LOGS/mnist_$1.jsonl" 2>/dev/null | tr '\n' ' '
+      }
+      one=$(bits batch=1) eight=$(bits batch=8)
+      if [[ -n "$one" && "$one" == "$eight" ]]; then
+        echo "mnist loss_bits batch=1 vs batch=8: EQUAL ($one)"
+      else
+        echo "mnist loss_bits batch=1 vs batch=8: DIFFER" \
+          "(batch=1: ${one:-none}; batch=8: ${eight:-none})"
+        fail "mnist bits"
+      fi
       ;;
     memcheck)
       while read -r t args; do
