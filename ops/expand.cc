@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <optional>
-#include <type_traits>
 
 #include "dtensor/step_observer.h"
+#include "kernels/kernels.h"
 #include "runtime/block.h"
 #include "runtime/thread_pool.h"
 
@@ -52,6 +52,28 @@ std::optional<Tensor> concat_shards(const DTensor& input, const std::vector<size
   return out;
 }
 
+// `t` as a tensor of `device`: the same buffer where the two share memory (CPU devices), else a
+// copy through the device-neutral block copy (GPU devices: never one buffer for two devices).
+Tensor on_device(const Tensor& t, const Device& device) {
+  if (same_memory_space(t.device(), device)) return t.with_device(device);
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), device);
+  const std::vector<int64_t> origin(t.shape().size(), 0);
+  copy_box(t, origin, out, origin, t.shape());
+  return out;
+}
+
+// True if local devices `a` and `b` hold the same logical shard of a tensor of `layout`: they
+// differ only along mesh dims that the layout neither shards nor marks partial.
+bool same_logical_shard(const Layout& layout, size_t a, size_t b) {
+  const Mesh& mesh = layout.mesh();
+  const MeshDimMask distinct = layout.sharded_mask() | layout.partial_mask();
+  const int64_t id_a = mesh.local_device_ids()[a], id_b = mesh.local_device_ids()[b];
+  for (int64_t d = 0; d < mesh.rank(); ++d) {
+    if (((distinct >> d) & 1) != 0 && mesh.coord(id_a, d) != mesh.coord(id_b, d)) return false;
+  }
+  return true;
+}
+
 // Runs calls [0, n) of `call` inline, or on the pool with a share of the BLAS threads each when
 // there is enough work to pay for waking it.
 template <typename Call>
@@ -80,39 +102,41 @@ void run_calls(int64_t n, double work, const Call& call) {
 // split with edge micro-kernels, and takes a small-matrix path below a size), so replicas stacked
 // at different rows would differ in their last bits (issue 25); computed once, they are
 // identical, and the call is no taller than the distinct rows.
+//
+// GPU meshes stack the same way when all computations run on one physical GPU (logical devices):
+// the shared operands are then replicas in distinct buffers, which hold identical bits, so the
+// first computation's are used; each result is a copy on its computation's own device. So batch=1
+// and batch=N of one GPU make the same library call on the same rows (cuBLAS, like a CPU BLAS,
+// picks its kernel by shape). Devices on several physical GPUs keep one call per device, so that
+// each GPU computes its own rows.
 bool run_row_stacked(const std::vector<const DTensor*>& inputs, size_t s,
                      const std::vector<size_t>& first_device, const LocalKernel& kernel,
                      std::vector<Tensor>& results) {
   const DTensor& stacked_input = *inputs[s];
+  const bool on_cpu = stacked_input.mesh().device_type() == DeviceType::kCPU;
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (k == s) continue;
     const Tensor& shared = inputs[k]->shard(first_device[0]);
     for (size_t device : first_device) {
-      if (!inputs[k]->shard(device).is_same_as(shared)) return false;
+      const bool same = on_cpu ? inputs[k]->shard(device).is_same_as(shared)
+                               : same_logical_shard(inputs[k]->layout(), device, first_device[0]);
+      if (!same) return false;
     }
   }
   if (stacked_input.rank() != 2) return false;
-  // Stacking puts every computation's rows on one device and shares results between replicas:
-  // GPU meshes (a memory per device) keep the plain path.
-  if (stacked_input.mesh().device_type() != DeviceType::kCPU) return false;
-  // The logical shard of each computation's rows: its coordinates along the mesh dims that tell
-  // s's shards apart. block_of[c]: the first computation with the same shard.
+  // The logical shard of each computation's rows. block_of[c]: the first computation with the
+  // same shard.
   const Layout& layout = stacked_input.layout();
-  const Mesh& mesh = layout.mesh();
-  const MeshDimMask distinct = layout.sharded_mask() | layout.partial_mask();
-  const std::vector<int64_t>& ids = mesh.local_device_ids();
   std::vector<size_t> block_of(first_device.size());
   std::vector<size_t> blocks;  // the first computation of each logical shard, in order
   for (size_t c = 0; c < first_device.size(); ++c) {
-    const int64_t id = ids[first_device[c]];
+    if (!on_cpu && !same_physical_gpu(stacked_input.shard(first_device[c]).device(),
+                                      stacked_input.shard(first_device[0]).device())) {
+      return false;
+    }
     block_of[c] = c;
     for (size_t b : blocks) {
-      const int64_t other = ids[first_device[b]];
-      bool same = true;
-      for (int64_t d = 0; d < mesh.rank() && same; ++d) {
-        same = ((distinct >> d) & 1) == 0 || mesh.coord(id, d) == mesh.coord(other, d);
-      }
-      if (same) {
+      if (same_logical_shard(layout, first_device[c], first_device[b])) {
         block_of[c] = b;
         break;
       }
@@ -147,7 +171,11 @@ bool run_row_stacked(const std::vector<const DTensor*>& inputs, size_t s,
       results[b] = std::move(part);
     }
   }
-  for (size_t c = 0; c < first_device.size(); ++c) results[c] = results[block_of[c]];
+  for (size_t c = 0; c < first_device.size(); ++c) {
+    if (block_of[c] != c) {
+      results[c] = on_device(results[block_of[c]], stacked_input.shard(first_device[c]).device());
+    }
+  }
   return true;
 }
 
@@ -266,28 +294,19 @@ Tensor leading_rows(const Tensor& t, int64_t begin, int64_t end) {
   return out;
 }
 
-// out = the sum of `parts` (same shape and dtype), added in order in f64 and rounded once.
-template <typename T>
-void add_in_order(const std::vector<const Tensor*>& parts, Tensor& out) {
-  const int64_t n = out.num_elements();
-  std::vector<double> acc(static_cast<size_t>(n), 0.0);
+// The sum of `parts` (same shape and dtype), added in order in f64 from zero and rounded once
+// (bf16 through f32), on `device`. Through the kernel front, so that GPU meshes add the same
+// way as CPU meshes: a part on another device is copied there first.
+Tensor sum_in_order(const std::vector<const Tensor*>& parts, const Device& device) {
+  const Tensor& first = *parts[0];
+  Tensor acc = Tensor::zeros(first.shape(), DType::kF64, device);
   for (const Tensor* part : parts) {
-    const T* p = part->data<T>();
-    for (int64_t i = 0; i < n; ++i) {
-      if constexpr (std::is_same_v<T, BFloat16>) {
-        acc[static_cast<size_t>(i)] += static_cast<double>(static_cast<float>(p[i]));
-      } else {
-        acc[static_cast<size_t>(i)] += static_cast<double>(p[i]);
-      }
-    }
+    acc = kernels::binary(kernels::BinaryOp::kAdd, acc,
+                          kernels::cast(on_device(*part, device), DType::kF64));
   }
-  T* o = out.data<T>();
-  if constexpr (std::is_same_v<T, BFloat16>) {
-    for (int64_t i = 0; i < n; ++i)
-      o[i] = BFloat16(static_cast<float>(acc[static_cast<size_t>(i)]));
-  } else {
-    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(acc[static_cast<size_t>(i)]);
-  }
+  if (first.dtype() == DType::kF64) return acc;
+  Tensor f32 = kernels::cast(acc, DType::kF32);
+  return first.dtype() == DType::kF32 ? f32 : kernels::cast(f32, first.dtype());
 }
 
 // Stacking::chunk_rows: fills `shards` (one per local device) and returns true, or returns false
@@ -306,8 +325,6 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
     if (p.op != ReduceOp::kSum) return false;
   }
   const Mesh& mesh = output_layout.mesh();
-  // The chunk values are added on the host: GPU meshes keep the plain paths.
-  if (mesh.device_type() != DeviceType::kCPU) return false;
   const size_t num_local = static_cast<size_t>(mesh.num_local_devices());
   struct Group : PartialGroup {
     std::vector<std::vector<Tensor>> parts;  // per part: its inputs
@@ -403,14 +420,8 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
     for (size_t c = g.first_chunk; c < g.first_chunk + g.num_chunks; ++c) {
       parts.push_back(&values[c]);
     }
-    g.sum =
-        Tensor::empty(values[g.first_chunk].shape(), output_dtype, values[g.first_chunk].device());
-    visit_dtype(output_dtype, [&](auto zero) {
-      using T = decltype(zero);
-      if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, BFloat16>) {
-        add_in_order<T>(parts, g.sum);
-      }
-    });
+    // On the holder's device (below): the first term's.
+    g.sum = sum_in_order(parts, values[g.first_chunk].device());
   }
   const auto& ids = mesh.local_device_ids();
   shards.assign(num_local, Tensor());

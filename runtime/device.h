@@ -35,6 +35,11 @@ inline bool same_memory_space(const Device& a, const Device& b) {
   return a.type == DeviceType::kCPU || a.id == b.id;
 }
 
+// True if GPU devices `a` and `b` are logical devices of one physical GPU of the registered GPU
+// backend (runtime/gpu_backend.h), so that work of both may run on either without a peer copy;
+// false for other devices and without a registered backend.
+bool same_physical_gpu(const Device& a, const Device& b);
+
 // True if a GPU backend is registered (runtime/gpu_backend.h): the CUDA runtime, or the emulated
 // GPU when DTENSOR_EMULATED_GPUS is set.
 bool gpu_backend_built();

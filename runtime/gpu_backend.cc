@@ -48,6 +48,15 @@ void register_gpu_backend(const GpuBackend& backend) {
 
 const GpuBackend* registered_gpu_backend() { return slot.load(); }
 
+bool same_physical_gpu(const Device& a, const Device& b) {
+  const GpuBackend* backend = slot.load();
+  if (a.type != DeviceType::kGPU || b.type != DeviceType::kGPU || backend == nullptr ||
+      backend->physical_gpu_of == nullptr) {
+    return false;
+  }
+  return backend->physical_gpu_of(a) == backend->physical_gpu_of(b);
+}
+
 Allocator& gpu_allocator() {
   if (const GpuBackend* backend = slot.load()) return *backend->allocator;
   static auto* none = new NoGpuAllocator;

@@ -25,12 +25,15 @@ namespace dtensor {
 class CollectiveBackend;  // runtime/collective_backend.h
 
 struct GpuBackend {
-  std::string_view name;          // "CUDA", "emulated"; for messages
+  std::string_view name;           // "CUDA", "emulated"; for messages
   Allocator* allocator = nullptr;  // GPU memory; must outlive the process's tensors
   // The intra-process collectives of GPU meshes, installed by the backend registry
   // (runtime/backend_registry.h) as its GPU default; null if the backend registers them itself.
   std::shared_ptr<CollectiveBackend> (*make_collectives)() = nullptr;
   bool test_double = false;  // an emulation that replaces a real backend in tests
+  // The physical GPU that a logical GPU device runs on (runtime/cuda/gpu_devices.h); read by
+  // same_physical_gpu (runtime/device.h).
+  int (*physical_gpu_of)(const Device& device) = nullptr;
 };
 
 // Fills the slot (see above for which registration wins). `backend.allocator` must not be null.

@@ -1,7 +1,8 @@
 #!/bin/bash
 # The GPU suite of a bundle made by tools/gpu_bundle.sh (copied into it as run_all.sh): every test
 # binary, then every bench (and the PyTorch peer steps when torch imports), the MNIST example on a
-# GPU mesh (batch=1 and batch=8 logical devices; real MNIST when the bundle has it), the CNN
+# GPU mesh (batch=1 and batch=8 logical devices; real MNIST when the bundle has it; their
+# loss_bits must be EQUAL, else the step fails), the CNN
 # example (examples/cifar10) on Fashion-MNIST on a batch=1 GPU mesh, which must reach 0.90 test
 # accuracy, and compute-sanitizer --tool memcheck over the tests. Logs go to ./logs, a line per step to stdout,
 # and one last line "SUMMARY: PASS" or "SUMMARY: FAIL (...)".
@@ -80,6 +81,19 @@ for step in "${STEPS[@]}"; do
           >"$LOGS/mnist_$mesh.log" 2>&1 || fail "mnist $mesh"
         echo "== mnist $mesh: $(tail -1 "$LOGS/mnist_$mesh.log" | cut -c1-300)"
       done
+      # The same bits on every mesh: batch=8 logical devices of one GPU print batch=1's loss_bits
+      # every epoch (ops/README.md, "Batch-invariant sums").
+      bits() {
+        sed -nE 's/.*"loss_bits":"([^"]*)".*/\1/p' "$LOGS/mnist_$1.jsonl" 2>/dev/null | tr '\n' ' '
+      }
+      one=$(bits batch=1) eight=$(bits batch=8)
+      if [[ -n "$one" && "$one" == "$eight" ]]; then
+        echo "mnist loss_bits batch=1 vs batch=8: EQUAL ($one)"
+      else
+        echo "mnist loss_bits batch=1 vs batch=8: DIFFER" \
+          "(batch=1: ${one:-none}; batch=8: ${eight:-none})"
+        fail "mnist bits"
+      fi
       ;;
     cnn)
       # The acceptance run: 8 epochs (the CPU reaches 0.9016 after 7, docs/benchmarks.md).

@@ -60,7 +60,8 @@ namespace {
 // Fills the GPU backend slot (runtime/gpu_backend.h) before main wherever this file is linked.
 // The in-process GPU collectives stay an explicit registration (cuda::register_gpu_collectives).
 [[maybe_unused]] const bool registered = [] {
-  register_gpu_backend(GpuBackend{"CUDA", new CudaAllocator, nullptr, false});
+  register_gpu_backend(
+      GpuBackend{"CUDA", new CudaAllocator, nullptr, false, cuda::physical_gpu_of});
   return true;
 }();
 

@@ -60,7 +60,7 @@ std::shared_ptr<CollectiveBackend> make_collectives() {
 
 void register_backend() {
   static auto* allocator = new EmulatedAllocator;
-  register_gpu_backend(GpuBackend{"emulated", allocator, make_collectives, true});
+  register_gpu_backend(GpuBackend{"emulated", allocator, make_collectives, true, physical_gpu_of});
 }
 
 // DTENSOR_EMULATED_GPUS at start-up. A bad value still registers the backend, so that the first

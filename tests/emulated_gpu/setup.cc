@@ -15,4 +15,6 @@ void register_gpu_mesh_collectives() {
   emulated::enable(emulated::physical_gpu_count());
 }
 
+bool gpu_mesh_runs_cpu_kernels() { return true; }
+
 }  // namespace dtensor
