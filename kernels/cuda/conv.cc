@@ -28,6 +28,7 @@
 
 #include "kernels/cuda/cnn_launch.h"
 #include "kernels/cuda/internal.h"
+#include "kernels/cuda/registration.h"
 #include "kernels/cuda/tf32.h"
 #include "kernels/gpu/gpu_kernels.h"
 #include "runtime/cuda/cuda_check.h"
@@ -466,17 +467,12 @@ Tensor conv2d_backprop_filter(const Tensor& x, const Shape& w_shape, const Tenso
   return convolve(Pass::kBackpropFilter, g, p, x, dy, w_shape, op);
 }
 
-namespace {
-
-// This file's entries of the GPU table (kernels/gpu/gpu_kernels.h), filled before main.
-[[maybe_unused]] const bool registered = [] {
-  Table& table = registered_table;
+// This file's entries of the GPU table (kernels/gpu/gpu_kernels.h); registration.cc calls it
+// before main.
+void register_conv_kernels(Table& table) {
   table.conv2d = conv2d;
   table.conv2d_backprop_input = conv2d_backprop_input;
   table.conv2d_backprop_filter = conv2d_backprop_filter;
-  return true;
-}();
-
-}  // namespace
+}
 
 }  // namespace dtensor::kernels::gpu
