@@ -11,7 +11,8 @@
 // match the CPU's to f32 rounding, unless TF32 is allowed (tf32.h). Algorithms are the fastest
 // that cudnnFind* measures (the cudnnGet*_v7 heuristics if it fails), restricted to deterministic
 // GEMM-like ones (FFT and Winograd round differently); they are chosen once per geometry and
-// cached with the descriptors. Workspaces come from the GPU allocator (stream-ordered on the
+// cached with the descriptors. A measurement may pick another allowed algorithm in another run
+// (timing noise), so bits may differ between runs, each within the f32 tolerance of the CPU. Workspaces come from the GPU allocator (stream-ordered on the
 // device's stream). One cudnnHandle per physical GPU, bound to its stream, used under a mutex.
 #include <cudnn.h>
 
