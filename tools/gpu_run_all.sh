@@ -66,6 +66,14 @@ for step in "${STEPS[@]}"; do
         bounded "$DIR/bin/$b" >"$LOGS/$b.log" 2>&1 || fail "$b"
         echo "== $b"; cat "$LOGS/$b.log"
       done <"$DIR/benches.txt"
+      # Where the CNN's step spends its GPU time (DTENSOR_GPU_PROFILE, kernels/cuda/profile.h):
+      # logged for reading, never a failure.
+      if [[ -x "$DIR/bin/gpu_cnn_step" ]]; then
+        echo "== gpu_cnn_step with DTENSOR_GPU_PROFILE=1 (log only: $LOGS/gpu_cnn_step_profile.log)"
+        DTENSOR_GPU_PROFILE=1 bounded "$DIR/bin/gpu_cnn_step" >"$LOGS/gpu_cnn_step_profile.log" 2>&1 ||
+          echo "(gpu_cnn_step with the profile exited $?; not counted)"
+        head -40 "$LOGS/gpu_cnn_step_profile.log"
+      fi
       if python3 -c "import torch" 2>/dev/null; then
         echo "== peers_gpu_step (PyTorch, same GPU)"
         bounded python3 "$DIR/peers_gpu_step.py" 2>&1 | tail -3

@@ -8,11 +8,12 @@
 // cuDNN takes symmetric padding and KRSC ([o, kh, kw, cpg]) filters: the part of an asymmetric
 // padding beyond the smaller side is added to x explicitly (the pad kernel) and taken off dx
 // (slice), and the HWIO filters are transposed on the device. f32 uses FMA math only, so results
-// match the CPU's to f32 rounding, unless TF32 is allowed (tf32.h). Algorithms come from the
-// cudnnGet*_v7 heuristics, restricted to deterministic GEMM-like ones (FFT and Winograd round
-// differently), and are cached per geometry; workspaces come from the GPU allocator (stream-ordered
-// on the device's stream). One cudnnHandle per physical GPU, bound to its stream, used under a
-// mutex.
+// match the CPU's to f32 rounding, unless TF32 is allowed (tf32.h). Algorithms are the fastest
+// that cudnnFind* measures (the cudnnGet*_v7 heuristics if it fails), restricted to deterministic
+// GEMM-like ones (FFT and Winograd round differently); they are chosen once per geometry and
+// cached with the descriptors. A measurement may pick another allowed algorithm in another run
+// (timing noise), so bits may differ between runs, each within the f32 tolerance of the CPU. Workspaces come from the GPU allocator (stream-ordered on the
+// device's stream). One cudnnHandle per physical GPU, bound to its stream, used under a mutex.
 #include <cudnn.h>
 
 #include <array>
@@ -28,6 +29,7 @@
 
 #include "kernels/cuda/cnn_launch.h"
 #include "kernels/cuda/internal.h"
+#include "kernels/cuda/registration.h"
 #include "kernels/cuda/tf32.h"
 #include "kernels/gpu/gpu_kernels.h"
 #include "runtime/cuda/cuda_check.h"
@@ -204,8 +206,8 @@ struct Choice {
   size_t workspace = 0;
 };
 
-// The first heuristic result that succeeded, is deterministic and GEMM-like (`allowed`), fits
-// the workspace limit and, for exact f32 (FMA math), does not use tensor cores.
+// The first result (the fastest, when measured) that succeeded, is deterministic and GEMM-like
+// (`allowed`), fits the workspace limit and, for exact f32 (FMA math), does not use tensor cores.
 template <typename Perf>
 Choice first_fit(const Perf* perf, int count, std::initializer_list<int> allowed, bool fma_only) {
   for (int i = 0; i < count; ++i) {
@@ -221,6 +223,11 @@ Choice first_fit(const Perf* perf, int count, std::initializer_list<int> allowed
   return {};
 }
 
+// The algorithm of one pass: measured once per geometry by cudnnFind* (it runs every algorithm
+// on scratch buffers of its own, synchronously), so that the fastest allowed one is chosen, not
+// the heuristics' first allowed one (with those, the 1-3 channel first layers ran at 0.14-0.31x
+// of cuDNN's fastest on an H200); the heuristics when the measurement fails (no memory for its
+// buffers, say).
 Choice find_algorithm(Pass pass, cudnnHandle_t h, const Descriptors& d, const Plan& plan,
                       const char* op) {
   const bool fma_only = plan.math == CUDNN_FMA_MATH;
@@ -228,10 +235,14 @@ Choice find_algorithm(Pass pass, cudnnHandle_t h, const Descriptors& d, const Pl
   Choice c;
   if (pass == Pass::kForward) {
     std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> perf{};
-    check_cudnn(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y,
-                                                       static_cast<int>(perf.size()), &count,
-                                                       perf.data()),
-                "cudnnGetConvolutionForwardAlgorithm_v7", op);
+    if (cudnnFindConvolutionForwardAlgorithm(h, d.x, d.w, d.conv, d.y,
+                                             static_cast<int>(perf.size()), &count,
+                                             perf.data()) != CUDNN_STATUS_SUCCESS) {
+      check_cudnn(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y,
+                                                         static_cast<int>(perf.size()), &count,
+                                                         perf.data()),
+                  "cudnnGetConvolutionForwardAlgorithm_v7", op);
+    }
     c = first_fit(perf.data(), count,
                   {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
                    CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
@@ -245,10 +256,14 @@ Choice find_algorithm(Pass pass, cudnnHandle_t h, const Descriptors& d, const Pl
     }
   } else if (pass == Pass::kBackpropInput) {
     std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> perf{};
-    check_cudnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x,
-                                                            static_cast<int>(perf.size()), &count,
-                                                            perf.data()),
-                "cudnnGetConvolutionBackwardDataAlgorithm_v7", op);
+    if (cudnnFindConvolutionBackwardDataAlgorithm(h, d.w, d.y, d.conv, d.x,
+                                                  static_cast<int>(perf.size()), &count,
+                                                  perf.data()) != CUDNN_STATUS_SUCCESS) {
+      check_cudnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x,
+                                                              static_cast<int>(perf.size()),
+                                                              &count, perf.data()),
+                  "cudnnGetConvolutionBackwardDataAlgorithm_v7", op);
+    }
     c = first_fit(perf.data(), count,
                   {CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1},
                   fma_only);
@@ -261,10 +276,14 @@ Choice find_algorithm(Pass pass, cudnnHandle_t h, const Descriptors& d, const Pl
   } else {
     std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>
         perf{};
-    check_cudnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w,
-                                                              static_cast<int>(perf.size()),
-                                                              &count, perf.data()),
-                "cudnnGetConvolutionBackwardFilterAlgorithm_v7", op);
+    if (cudnnFindConvolutionBackwardFilterAlgorithm(h, d.x, d.y, d.conv, d.w,
+                                                    static_cast<int>(perf.size()), &count,
+                                                    perf.data()) != CUDNN_STATUS_SUCCESS) {
+      check_cudnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w,
+                                                                static_cast<int>(perf.size()),
+                                                                &count, perf.data()),
+                  "cudnnGetConvolutionBackwardFilterAlgorithm_v7", op);
+    }
     c = first_fit(perf.data(), count,
                   {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
                    CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3},
@@ -279,9 +298,17 @@ Choice find_algorithm(Pass pass, cudnnHandle_t h, const Descriptors& d, const Pl
   return c;
 }
 
-// The algorithms of (pass, geometry, dtype, math, GPU), each found once; Choice{} (no algorithm)
-// also for a convolution cuDNN refused, so that it goes to the direct kernels at once next time.
-class AlgorithmCache {
+// What one convolution pass keeps between calls: its descriptors and its algorithm.
+struct CachedPass {
+  Descriptors d;
+  Choice choice;
+};
+
+// The descriptors and algorithm of (pass, geometry, dtype, math, GPU), each made once and
+// reused by every later call (descriptors are host objects, read-only once set; each entry is
+// used only under its GPU's handle mutex). A refused convolution keeps an entry with no
+// algorithm, so that it goes to the direct kernels at once next time.
+class PassCache {
  public:
   using Key = std::array<int64_t, 19>;
   static Key key_of(Pass pass, const ConvGeometry& g, const Conv2dParams& p, const Plan& plan,
@@ -290,15 +317,14 @@ class AlgorithmCache {
             g.kh, g.kw, g.cpg, g.o, g.groups, plan.sym_h, plan.sym_w, p.stride_h, p.stride_w,
             p.dilation_h, p.dilation_w};
   }
-  static std::optional<Choice> find(const Key& key) {
+  static std::shared_ptr<const CachedPass> find(const Key& key) {
     std::lock_guard<std::mutex> lock(mu());
     auto it = map().find(key);
-    if (it == map().end()) return std::nullopt;
-    return it->second;
+    return it == map().end() ? nullptr : it->second;
   }
-  static void put(const Key& key, const Choice& c) {
+  static void put(const Key& key, std::shared_ptr<const CachedPass> entry) {
     std::lock_guard<std::mutex> lock(mu());
-    map()[key] = c;
+    map()[key] = std::move(entry);
   }
 
  private:
@@ -306,8 +332,8 @@ class AlgorithmCache {
     static auto* m = new std::mutex;
     return *m;
   }
-  static std::map<Key, Choice>& map() {
-    static auto* m = new std::map<Key, Choice>;
+  static std::map<Key, std::shared_ptr<const CachedPass>>& map() {
+    static auto* m = new std::map<Key, std::shared_ptr<const CachedPass>>;
     return *m;
   }
 };
@@ -399,21 +425,22 @@ std::optional<Tensor> run_cudnn(Pass pass, const ConvGeometry& g, const Conv2dPa
   CudnnGpu& gpu = cudnn_for(a, op);
   std::lock_guard<std::mutex> lock(gpu.mu);
   cudnnHandle_t h = gpu.handle;
-  Descriptors d;
-  describe_conv(g, p, *plan, d, op);
-  const AlgorithmCache::Key key =
-      AlgorithmCache::key_of(pass, g, p, *plan, cuda::physical_gpu_of(a.device()));
-  std::optional<Choice> cached = AlgorithmCache::find(key);
-  if (cached && cached->algo < 0) return std::nullopt;
+  const PassCache::Key key =
+      PassCache::key_of(pass, g, p, *plan, cuda::physical_gpu_of(a.device()));
+  std::shared_ptr<const CachedPass> cached = PassCache::find(key);
+  if (cached && cached->choice.algo < 0) return std::nullopt;
   try {
     if (!cached) {
-      cached = find_algorithm(pass, h, d, *plan, op);
-      AlgorithmCache::put(key, *cached);
+      auto made = std::make_shared<CachedPass>();
+      describe_conv(g, p, *plan, made->d, op);
+      made->choice = find_algorithm(pass, h, made->d, *plan, op);
+      cached = made;
+      PassCache::put(key, cached);
     }
-    if (cached->algo < 0) return std::nullopt;
-    return run_algorithm(pass, g, *plan, a, b, h, d, *cached, op);
+    if (cached->choice.algo < 0) return std::nullopt;
+    return run_algorithm(pass, g, *plan, a, b, h, cached->d, cached->choice, op);
   } catch (const CudnnRefused&) {
-    AlgorithmCache::put(key, Choice{});
+    PassCache::put(key, std::make_shared<const CachedPass>());
     throw;
   }
 }
@@ -466,17 +493,12 @@ Tensor conv2d_backprop_filter(const Tensor& x, const Shape& w_shape, const Tenso
   return convolve(Pass::kBackpropFilter, g, p, x, dy, w_shape, op);
 }
 
-namespace {
-
-// This file's entries of the GPU table (kernels/gpu/gpu_kernels.h), filled before main.
-[[maybe_unused]] const bool registered = [] {
-  Table& table = registered_table;
+// This file's entries of the GPU table (kernels/gpu/gpu_kernels.h); registration.cc calls it
+// before main.
+void register_conv_kernels(Table& table) {
   table.conv2d = conv2d;
   table.conv2d_backprop_input = conv2d_backprop_input;
   table.conv2d_backprop_filter = conv2d_backprop_filter;
-  return true;
-}();
-
-}  // namespace
+}
 
 }  // namespace dtensor::kernels::gpu

@@ -1,6 +1,7 @@
 // The elementwise part of the GPU kernel front: unary, binary, scale, where, cast, broadcast_to
 // and sum_to.
 #include "kernels/cuda/internal.h"
+#include "kernels/cuda/registration.h"
 #include "kernels/gpu/gpu_kernels.h"
 #include "runtime/cuda/transfer.h"
 
@@ -160,11 +161,9 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   return registered_table.reduce(ReduceKind::kSum, x, axes, false).reshaped(shape);
 }
 
-namespace {
-
-// This file's entries of the GPU table (kernels/gpu/gpu_kernels.h), filled before main.
-[[maybe_unused]] const bool registered = [] {
-  Table& table = registered_table;
+// This file's entries of the GPU table (kernels/gpu/gpu_kernels.h); registration.cc calls it
+// before main.
+void register_elementwise_kernels(Table& table) {
   table.unary = unary;
   table.binary = binary;
   table.scale = scale;
@@ -172,9 +171,6 @@ namespace {
   table.cast = cast;
   table.broadcast_to = broadcast_to;
   table.sum_to = sum_to;
-  return true;
-}();
-
-}  // namespace
+}
 
 }  // namespace dtensor::kernels::gpu

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cuda/internal.h"
+#include "kernels/cuda/registration.h"
 #include "kernels/cuda/tf32.h"
 #include "kernels/gpu/gpu_kernels.h"
 #include "runtime/cuda/cuda_check.h"
@@ -196,17 +197,12 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
   return out;
 }
 
-namespace {
-
-// This file's entries of the GPU table (kernels/gpu/gpu_kernels.h), filled before main.
-[[maybe_unused]] const bool registered = [] {
-  Table& table = registered_table;
+// This file's entries of the GPU table (kernels/gpu/gpu_kernels.h); registration.cc calls it
+// before main.
+void register_matmul_kernels(Table& table) {
   table.matmul = matmul;
   table.matmul_accumulate = matmul_accumulate;
   table.dense = dense;
-  return true;
-}();
-
-}  // namespace
+}
 
 }  // namespace dtensor::kernels::gpu

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/internal.h"
+#include "kernels/cuda/registration.h"
 #include "kernels/gpu/gpu_kernels.h"
 #include "runtime/cuda/gpu_devices.h"
 #include "runtime/cuda/transfer.h"
@@ -212,11 +213,9 @@ void adam_update(const Tensor& var, const Tensor& grad, const Tensor& m, const T
                     stream_of(var, "Adam"));
 }
 
-namespace {
-
-// This file's entries of the GPU table (kernels/gpu/gpu_kernels.h), filled before main.
-[[maybe_unused]] const bool registered = [] {
-  Table& table = registered_table;
+// This file's entries of the GPU table (kernels/gpu/gpu_kernels.h); registration.cc calls it
+// before main.
+void register_memory_kernels(Table& table) {
   table.copy_box_elements = copy_box_elements;
   table.reduce_range_elements = reduce_range_elements;
   table.reduce_tensors_into = reduce_tensors_into;
@@ -227,9 +226,6 @@ namespace {
   table.sgd_update = sgd_update;
   table.sgd_momentum_update = sgd_momentum_update;
   table.adam_update = adam_update;
-  return true;
-}();
-
-}  // namespace
+}
 
 }  // namespace dtensor::kernels::gpu

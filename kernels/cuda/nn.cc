@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/internal.h"
+#include "kernels/cuda/registration.h"
 #include "kernels/gpu/gpu_kernels.h"
 #include "runtime/cuda/transfer.h"
 
@@ -242,11 +243,9 @@ LayerNormGrad layer_norm_grad(const Tensor& dy, const Tensor& x, const Tensor& g
   return g;
 }
 
-namespace {
-
-// This file's entries of the GPU table (kernels/gpu/gpu_kernels.h), filled before main.
-[[maybe_unused]] const bool registered = [] {
-  Table& table = registered_table;
+// This file's entries of the GPU table (kernels/gpu/gpu_kernels.h); registration.cc calls it
+// before main.
+void register_nn_kernels(Table& table) {
   table.reduce = reduce;
   table.argmax = argmax;
   table.argmin = argmin;
@@ -259,9 +258,6 @@ namespace {
   table.one_hot = one_hot;
   table.layer_norm = layer_norm;
   table.layer_norm_grad = layer_norm_grad;
-  return true;
-}();
-
-}  // namespace
+}
 
 }  // namespace dtensor::kernels::gpu

@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/cnn_launch.h"
 #include "kernels/cuda/internal.h"
+#include "kernels/cuda/registration.h"
 #include "kernels/gpu/gpu_kernels.h"
 
 namespace dtensor::kernels::gpu {
@@ -162,20 +163,15 @@ Tensor local_response_normalization_grad(const Tensor& x_in, const Tensor& dy_in
   return back_to(dx, x_in.dtype());
 }
 
-namespace {
-
-// This file's entries of the GPU table (kernels/gpu/gpu_kernels.h), filled before main.
-[[maybe_unused]] const bool registered = [] {
-  Table& table = registered_table;
+// This file's entries of the GPU table (kernels/gpu/gpu_kernels.h); registration.cc calls it
+// before main.
+void register_pool_kernels(Table& table) {
   table.max_pool2d = max_pool2d;
   table.max_pool2d_grad = max_pool2d_grad;
   table.avg_pool2d = avg_pool2d;
   table.avg_pool2d_grad = avg_pool2d_grad;
   table.local_response_normalization = local_response_normalization;
   table.local_response_normalization_grad = local_response_normalization_grad;
-  return true;
-}();
-
-}  // namespace
+}
 
 }  // namespace dtensor::kernels::gpu

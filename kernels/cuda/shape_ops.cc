@@ -1,6 +1,7 @@
 // Data movement on the GPU: transpose, concat, slice, pad, gather and scatter_add. Every box copy
 // is one strided_copy launch over StridedIndex views.
 #include "kernels/cuda/internal.h"
+#include "kernels/cuda/registration.h"
 #include "kernels/gpu/gpu_kernels.h"
 #include "runtime/cuda/transfer.h"
 
@@ -148,20 +149,15 @@ Tensor scatter_add(const Shape& shape, const Tensor& indices, const Tensor& upda
   return out;
 }
 
-namespace {
-
-// This file's entries of the GPU table (kernels/gpu/gpu_kernels.h), filled before main.
-[[maybe_unused]] const bool registered = [] {
-  Table& table = registered_table;
+// This file's entries of the GPU table (kernels/gpu/gpu_kernels.h); registration.cc calls it
+// before main.
+void register_shape_ops_kernels(Table& table) {
   table.transpose = transpose;
   table.concat = concat;
   table.slice = slice;
   table.pad = pad;
   table.gather = gather;
   table.scatter_add = scatter_add;
-  return true;
-}();
-
-}  // namespace
+}
 
 }  // namespace dtensor::kernels::gpu

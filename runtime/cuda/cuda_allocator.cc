@@ -4,7 +4,8 @@
 // stream, and the next allocation on that stream reuses the block without a device sync: the same
 // reuse a caching allocator gives, kept by the driver. An allocation that fails returns the
 // pool's cached blocks to the driver (cudaMemPoolTrimTo) and tries once more before it throws.
-#include "runtime/allocator.h"
+#include "runtime/cuda/cuda_allocator.h"
+
 #include "runtime/gpu_backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/gpu_devices.h"
@@ -55,13 +56,26 @@ class CudaAllocator final : public Allocator {
 
 }  // namespace
 
+namespace cuda {
+
+Allocator& cuda_allocator() {
+  static auto* allocator = new CudaAllocator;
+  return *allocator;
+}
+
+void register_cuda_backend(std::shared_ptr<CollectiveBackend> (*make_collectives)()) {
+  register_gpu_backend(
+      GpuBackend{"CUDA", &cuda_allocator(), make_collectives, false, cuda::physical_gpu_of});
+}
+
+}  // namespace cuda
+
 namespace {
 
-// Fills the GPU backend slot (runtime/gpu_backend.h) before main wherever this file is linked.
-// The in-process GPU collectives stay an explicit registration (cuda::register_gpu_collectives).
+// Fills the GPU backend slot (runtime/gpu_backend.h) before main wherever this file is linked,
+// unless :cuda_backend_collectives already filled it (cuda_allocator.h).
 [[maybe_unused]] const bool registered = [] {
-  register_gpu_backend(
-      GpuBackend{"CUDA", new CudaAllocator, nullptr, false, cuda::physical_gpu_of});
+  if (registered_gpu_backend() == nullptr) cuda::register_cuda_backend(nullptr);
   return true;
 }();
 

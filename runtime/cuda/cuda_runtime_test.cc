@@ -4,9 +4,11 @@
 #include <cstring>
 #include <vector>
 
+#include "runtime/collective_backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/gpu_devices.h"
 #include "runtime/cuda/transfer.h"
+#include "runtime/gpu_backend.h"
 #include "runtime/tensor.h"
 
 using namespace dtensor;
@@ -27,6 +29,17 @@ TEST_CASE("a CUDA build has a GPU backend whose memory is GPU memory") {
   Tensor t = Tensor::empty({3, 5}, DType::kF32, Device{DeviceType::kGPU, 0});
   CHECK(t.memory_space() == MemorySpace::kGpu);
   CHECK(t.device() == Device{DeviceType::kGPU, 0});
+}
+
+// Whichever of the two static initializers ran first (cuda_allocator.h), the slot ends up with
+// the collectives, which Runtime::init composes with the host-staged MPI backend under mpirun.
+TEST_CASE("the CUDA backend brings the in-process GPU collectives", "[host]") {
+  const GpuBackend* backend = registered_gpu_backend();
+  REQUIRE(backend != nullptr);
+  CHECK(backend->name == "CUDA");
+  CHECK_FALSE(backend->test_double);
+  REQUIRE(backend->make_collectives != nullptr);
+  CHECK(backend->make_collectives()->name() == "in-process GPU");
 }
 
 TEST_CASE("logical GPU devices map onto the physical GPUs round-robin") {
