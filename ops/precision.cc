@@ -1,6 +1,7 @@
 #include "ops/precision.h"
 
 #include "dtensor/relayout.h"
+#include "dtensor/variable.h"
 #include "ops/op_internal.h"
 #include "runtime/error.h"
 
@@ -71,7 +72,10 @@ DTensor bf16_operand(const DTensor& x) {
   return unrecorded([&] { return cast(x, DType::kBF16); });
 }
 
-DTensor bf16_weight(const DTensor& w) { return bf16_operand(w); }
+DTensor bf16_weight(const DTensor& w) {
+  std::optional<DTensor> copy = DVariable::copy_of(w, DType::kBF16);
+  return copy ? *copy : bf16_operand(w);
+}
 
 DTensor mixed_conv2d(const DTensor& x, const DTensor& w, const Conv2dOptions& options) {
   return cast(conv2d(to_compute_dtype(x), to_compute_dtype(w), options), DType::kF32);

@@ -98,7 +98,9 @@ DTensor mixed_conv2d(const DTensor& x, const DTensor& w, const Conv2dOptions& op
 
 // x cast to bf16 without a tape entry (the mixed ops record themselves).
 DTensor bf16_operand(const DTensor& x);
-// The bf16 copy of a weight for the mixed products.
+// The bf16 copy of a weight for the mixed products: the copy its variable keeps when w is a
+// variable's current value (cast once, then refreshed by the optimizer's in-place update), else
+// bf16_operand(w).
 DTensor bf16_weight(const DTensor& w);
 
 }  // namespace precision_internal
