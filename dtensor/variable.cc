@@ -199,16 +199,18 @@ void DVariable::assign(const DTensor& value) {
 
 bool DVariable::update_in_place(
     const std::function<bool(const std::vector<Tensor>& shards)>& update) {
-  return update_in_place_with_copy([&](const std::vector<Tensor>& shards,
-                                       const std::vector<Tensor>&) { return update(shards); });
+  std::lock_guard<std::mutex> lock(state_->mu);
+  // Shards of replicas may share one buffer: it is the variable's alone when its only holders
+  // are those shards.
+  if (!held_only_by(state_->value.shards_)) return false;
+  state_->copy.reset();  // `update` does not write it
+  return update(state_->value.shards_);
 }
 
 bool DVariable::update_in_place_with_copy(
     const std::function<bool(const std::vector<Tensor>& shards, const std::vector<Tensor>& copy)>&
         update) {
   std::lock_guard<std::mutex> lock(state_->mu);
-  // Shards of replicas may share one buffer: it is the variable's alone when its only holders
-  // are those shards.
   const std::vector<Tensor>& shards = state_->value.shards_;
   if (!held_only_by(shards)) return false;
   std::optional<DTensor> copy = std::move(state_->copy);
