@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <thread>
 
@@ -13,6 +14,7 @@
 #include "dtensor/relayout.h"
 #include "dtensor/variable.h"
 #include "dtensor/virtual_devices.h"
+#include "kernels/kernels.h"
 #include "tests/layout_enumeration.h"
 #include "tests/test_tensors.h"
 
@@ -370,4 +372,74 @@ TEST_CASE("regression: fill checks that the value fits the dtype") {
   CHECK(to_global(fill({1}, rep, 2147483647.0, DType::kI32)).data<int32_t>()[0] == INT32_MAX);
   CHECK(std::isinf(to_global(fill({1}, rep, INFINITY, DType::kF32)).data<float>()[0]));
   CHECK(to_global(fill({1}, rep, 1e300, DType::kF64)).data<double>()[0] == 1e300);
+}
+
+TEST_CASE("DVariable::copy_of keeps one copy per value until the value changes") {
+  Mesh mesh = line8();
+  DVariable v(distribute(integer_tensor({16, 4}, DType::kF32, 1), Layout::replicated(mesh, 2)));
+  auto copy_values = [](const DTensor& copy) {
+    return kernels::cast(to_global(copy), DType::kF32);
+  };
+  auto equal = [](const Tensor& a, const Tensor& b) {
+    return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+  };
+  // Not a variable's value: no copy.
+  CHECK_FALSE(DVariable::copy_of(
+                  distribute(integer_tensor({16, 4}, DType::kF32, 1), Layout::replicated(mesh, 2)),
+                  DType::kBF16)
+                  .has_value());
+  std::optional<DTensor> c1 = DVariable::copy_of(v.value(), DType::kBF16);
+  REQUIRE(c1.has_value());
+  CHECK(c1->dtype() == DType::kBF16);
+  CHECK(c1->layout() == v.layout());
+  // Replicas share one copy buffer, as they share the value's; a second read gets the same copy.
+  CHECK(c1->shard(0).shares_storage_with(c1->shard(7)));
+  CHECK(DVariable::copy_of(v.value(), DType::kBF16)->shard(0).is_same_as(c1->shard(0)));
+  CHECK(equal(copy_values(*c1), to_global(v.value())));  // small integers: exact in bf16
+  // A value read before an assign is no longer the variable's: no copy for it.
+  const DTensor old = v.value();
+  v.assign(distribute(integer_tensor({16, 4}, DType::kF32, 2), Layout::replicated(mesh, 2)));
+  CHECK_FALSE(DVariable::copy_of(old, DType::kBF16).has_value());
+  std::optional<DTensor> c2 = DVariable::copy_of(v.value(), DType::kBF16);
+  REQUIRE(c2.has_value());
+  CHECK_FALSE(c2->shard(0).shares_storage_with(c1->shard(0)));
+  CHECK(equal(copy_values(*c2), to_global(v.value())));
+  c1.reset();
+  // An in-place update that does not write the copy drops it; one that does keeps it, even while
+  // the copy's reader is gone and only the variable holds it.
+  auto fill = [](const std::vector<Tensor>& shards, float value) {
+    for (const Tensor& t : shards) {
+      Tensor w = t;
+      for (int64_t i = 0; i < w.num_elements(); ++i) {
+        if (w.dtype() == DType::kF32) w.data<float>()[i] = value;
+        if (w.dtype() == DType::kBF16) w.data<BFloat16>()[i] = BFloat16(value);
+      }
+    }
+  };
+  const void* copy_buffer = c2->shard(0).raw_data();
+  CHECK_FALSE(
+      v.update_in_place_with_copy([&](const std::vector<Tensor>&, const std::vector<Tensor>& copy) {
+        return !copy.empty();  // c2 still holds the copy: not handed over
+      }));
+  c2.reset();
+  std::optional<DTensor> c3 = DVariable::copy_of(v.value(), DType::kBF16);
+  copy_buffer = c3->shard(0).raw_data();
+  c3.reset();
+  CHECK(v.update_in_place_with_copy(
+      [&](const std::vector<Tensor>& shards, const std::vector<Tensor>& copy) {
+        if (copy.size() != shards.size()) return false;
+        fill(shards, 5.0f);
+        fill(copy, 5.0f);
+        return true;
+      }));
+  std::optional<DTensor> c4 = DVariable::copy_of(v.value(), DType::kBF16);
+  CHECK(c4->shard(0).raw_data() == copy_buffer);
+  CHECK(copy_values(*c4).data<float>()[0] == 5.0f);
+  c4.reset();
+  CHECK(v.update_in_place([&](const std::vector<Tensor>& shards) {
+    fill(shards, 6.0f);
+    return true;
+  }));
+  std::optional<DTensor> c5 = DVariable::copy_of(v.value(), DType::kBF16);
+  CHECK(copy_values(*c5).data<float>()[0] == 6.0f);
 }

@@ -1,7 +1,9 @@
 #include "dtensor/variable.h"
 
 #include <atomic>
+#include <iterator>
 #include <mutex>
+#include <unordered_map>
 
 #include "dtensor/relayout.h"
 #include "dtensor/step_observer.h"
@@ -18,6 +20,7 @@ struct DVariable::State {
   DType dtype;
   mutable std::mutex mu;
   DTensor value;
+  std::optional<DTensor> copy;  // the value in another dtype (copy_of); dropped when it changes
 };
 
 namespace {
@@ -67,6 +70,65 @@ std::vector<Tensor> add_shards(const DTensor& a, const DTensor& b, int sign) {
   return out;
 }
 
+// Live variables by the DTensor id of their values, for copy_of. Expired entries are swept as
+// new variables come.
+struct Registry {
+  std::mutex mu;
+  std::unordered_map<int64_t, std::weak_ptr<void>> by_value_id;
+  size_t sweep_at = 64;
+
+  void add(int64_t value_id, const std::shared_ptr<void>& state) {
+    std::lock_guard<std::mutex> lock(mu);
+    by_value_id[value_id] = state;
+    if (by_value_id.size() < sweep_at) return;
+    for (auto it = by_value_id.begin(); it != by_value_id.end();) {
+      it = it->second.expired() ? by_value_id.erase(it) : std::next(it);
+    }
+    sweep_at = 2 * by_value_id.size() + 64;
+  }
+
+  std::shared_ptr<void> find(int64_t value_id) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = by_value_id.find(value_id);
+    return it == by_value_id.end() ? nullptr : it->second.lock();
+  }
+};
+
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: variables may outlive static teardown
+  return *r;
+}
+
+bool same_shards(const DTensor& a, const DTensor& b) {
+  if (a.shards().size() != b.shards().size()) return false;
+  for (size_t i = 0; i < a.shards().size(); ++i) {
+    if (!a.shards()[i].is_same_as(b.shards()[i])) return false;
+  }
+  return true;
+}
+
+// x in `dtype`, shard by shard; shards that share storage give copies that share storage.
+DTensor cast_shards(const DTensor& x, DType dtype) {
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < x.shards().size(); ++i) {
+    size_t j = 0;
+    while (j < i && !x.shards()[j].is_same_as(x.shards()[i])) ++j;
+    out.push_back(j < i ? out[j].with_device(x.shards()[i].device())
+                        : kernels::cast(x.shards()[i], dtype));
+  }
+  return DTensor::from_trusted_shards(x.shape(), dtype, x.layout(), std::move(out));
+}
+
+// True when the only holders of `shards`' buffers are those shards (replicas may share one).
+bool held_only_by(const std::vector<Tensor>& shards) {
+  for (const Tensor& t : shards) {
+    int64_t own = 0;
+    for (const Tensor& u : shards) own += u.shares_storage_with(t) ? 1 : 0;
+    if (t.holders() != own || t.is_shared_zeros()) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 DVariable::DVariable(const DTensor& initial, std::string name) {
@@ -82,7 +144,9 @@ DVariable::DVariable(const DTensor& initial, std::string name) {
                                             initial.shape(),
                                             initial.dtype(),
                                             {},
-                                            initial.with_id(value_id)});
+                                            initial.with_id(value_id),
+                                            std::nullopt});
+  registry().add(value_id, state_);
 }
 
 int64_t DVariable::id() const { return state_->id; }
@@ -130,20 +194,51 @@ void DVariable::assign(const DTensor& value) {
   DTensor v = conform(value, layout(), shape(), dtype(), name(), "DVariable::assign");
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->value = v.with_id(state_->value_id);
+  state_->copy.reset();
 }
 
 bool DVariable::update_in_place(
     const std::function<bool(const std::vector<Tensor>& shards)>& update) {
   std::lock_guard<std::mutex> lock(state_->mu);
+  // Shards of replicas may share one buffer: it is the variable's alone when its only holders
+  // are those shards.
+  if (!held_only_by(state_->value.shards_)) return false;
+  state_->copy.reset();  // `update` does not write it
+  return update(state_->value.shards_);
+}
+
+bool DVariable::update_in_place_with_copy(
+    const std::function<bool(const std::vector<Tensor>& shards, const std::vector<Tensor>& copy)>&
+        update) {
+  std::lock_guard<std::mutex> lock(state_->mu);
   const std::vector<Tensor>& shards = state_->value.shards_;
-  for (const Tensor& t : shards) {
-    // Shards of replicas may share one buffer: it is the variable's alone when its only holders
-    // are those shards.
-    int64_t own = 0;
-    for (const Tensor& u : shards) own += u.shares_storage_with(t) ? 1 : 0;
-    if (t.holders() != own || t.is_shared_zeros()) return false;
+  if (!held_only_by(shards)) return false;
+  std::optional<DTensor> copy = std::move(state_->copy);
+  state_->copy.reset();
+  const bool refresh = copy && held_only_by(copy->shards());
+  const bool done = update(shards, refresh ? copy->shards() : std::vector<Tensor>{});
+  if (done && refresh) state_->copy = std::move(copy);
+  return done;
+}
+
+std::optional<DTensor> DVariable::copy_of(const DTensor& value, DType dtype) {
+  std::shared_ptr<State> state = std::static_pointer_cast<State>(registry().find(value.id()));
+  if (!state) return std::nullopt;
+  {
+    std::lock_guard<std::mutex> lock(state->mu);
+    if (!same_shards(state->value, value)) return std::nullopt;
   }
-  return update(shards);
+  // Traced: a replay reads the copy the variable holds then.
+  if (StepObserver* hook = StepObserver::active()) {
+    return hook->call("DVariable::copy_of", {&value}, [dtype](const StepObserver::Inputs& in) {
+      std::optional<DTensor> copy = copy_of(*in[0], dtype);
+      return copy ? *copy : cast_shards(*in[0], dtype);
+    });
+  }
+  std::lock_guard<std::mutex> lock(state->mu);
+  if (!same_shards(state->value, value)) return std::nullopt;  // updated meanwhile
+  if (!state->copy || state->copy->dtype() != dtype) state->copy = cast_shards(value, dtype);
+  return state->copy;
 }
 
 void DVariable::assign_add(const DTensor& delta) {
@@ -162,6 +257,7 @@ void DVariable::assign_add(const DTensor& delta) {
   state_->value =
       DTensor::from_trusted_shards(shape(), dtype(), layout(), add_shards(state_->value, d, +1))
           .with_id(state_->value_id);
+  state_->copy.reset();
 }
 
 void DVariable::assign_sub(const DTensor& delta) {
@@ -180,6 +276,7 @@ void DVariable::assign_sub(const DTensor& delta) {
   state_->value =
       DTensor::from_trusted_shards(shape(), dtype(), layout(), add_shards(state_->value, d, -1))
           .with_id(state_->value_id);
+  state_->copy.reset();
 }
 
 }  // namespace dtensor

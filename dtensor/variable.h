@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "dtensor/dtensor.h"
@@ -44,6 +45,23 @@ class DVariable {
   // new handles) and must not call this variable's methods. For optimizer applies in replayed
   // steps (train/optim), which must not copy-on-write every step.
   bool update_in_place(const std::function<bool(const std::vector<Tensor>& shards)>& update);
+
+  // If `value` is a live variable's current value (read from value() since its last update), the
+  // variable's copy of it in `dtype` (same layout): made on the first call, kept until the value
+  // changes, shared by later calls. Null otherwise. A mixed-precision policy reads a weight's
+  // bf16 copy here instead of casting the weight on every step; a captured step records the read
+  // and a replay reads the copy the variable holds then (cast anew when it has none). Copies of
+  // replicated shards share storage as the value's shards do.
+  static std::optional<DTensor> copy_of(const DTensor& value, DType dtype);
+
+  // As update_in_place, for an update that also rewrites the variable's copy (copy_of) in the
+  // same pass: `update(shards, copy)` gets the copy's shards when the variable has a copy held
+  // by no one else (empty otherwise), and must then write every element of the copy from the
+  // updated values (the copy's element i is the value's element i converted). update_in_place
+  // and the assigns drop the copy instead.
+  bool update_in_place_with_copy(
+      const std::function<bool(const std::vector<Tensor>& shards, const std::vector<Tensor>& copy)>&
+          update);
 
  private:
   struct State;

@@ -88,14 +88,14 @@ void cross_entropy_grad(const char* op, const Tensor& logits, const Tensor& labe
   }
 }
 
-void dense_bias(const Tensor& x, const Tensor* bias, const Shape& out) {
-  if (bias != nullptr && bias->dtype() != x.dtype()) {
+void dense_bias(const Tensor* bias, const Shape& out, DType out_dtype) {
+  if (bias != nullptr && bias->dtype() != out_dtype) {
     throw_error<DTypeError>("dense", "bias {} does not match output {}{}", describe(*bias),
-                            dtype_name(x.dtype()), shape_to_string(out));
+                            dtype_name(out_dtype), shape_to_string(out));
   }
   if (bias != nullptr && bias->shape() != Shape{out.back()}) {
     throw_error<ShapeError>("dense", "bias {} does not match output {}{}", describe(*bias),
-                            dtype_name(x.dtype()), shape_to_string(out));
+                            dtype_name(out_dtype), shape_to_string(out));
   }
 }
 

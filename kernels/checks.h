@@ -40,9 +40,10 @@ void cross_entropy(const char* op, const Tensor& logits, const Tensor& labels);
 void cross_entropy_grad(const char* op, const Tensor& logits, const Tensor& labels,
                         const Tensor& grad);
 
-// dense's bias, given the product's shape `out` (the backends compute it): null, or of x's dtype
-// (DTypeError) and shape [out.back()] (ShapeError).
-void dense_bias(const Tensor& x, const Tensor* bias, const Shape& out);
+// dense's bias, given the product's shape `out` and dtype `out_dtype` (the backends compute them,
+// kernel_types.h matmul_dims): null, or of the output's dtype (DTypeError) and shape [out.back()]
+// (ShapeError).
+void dense_bias(const Tensor* bias, const Shape& out, DType out_dtype);
 
 // one_hot's: i32/i64 indices (DTypeError) and depth >= 0 (InvalidArgumentError).
 void one_hot(const Tensor& indices, int64_t depth);

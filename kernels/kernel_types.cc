@@ -33,7 +33,11 @@ MatmulDims matmul_dims(const char* op, const Tensor& a, const Tensor& b,
   if (a.rank() < 2 || b.rank() < 2) fail(Tag<ShapeError>{}, "operands must have rank >= 2");
   if (a.dtype() != b.dtype()) fail(Tag<DTypeError>{}, "dtypes differ");
   if (a.dtype() == DType::kBool) fail(Tag<DTypeError>{}, "unsupported dtype bool");
+  if (options.f32_output && a.dtype() != DType::kBF16) {
+    fail(Tag<DTypeError>{}, "f32_output needs bf16 operands");
+  }
   MatmulDims d;
+  d.out_dtype = options.f32_output ? DType::kF32 : a.dtype();
   const int64_t ra = a.rank(), rb = b.rank();
   d.m = ta ? a.dim(ra - 1) : a.dim(ra - 2);
   d.k = ta ? a.dim(ra - 2) : a.dim(ra - 1);

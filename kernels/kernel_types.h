@@ -53,6 +53,9 @@ struct MatmulOptions {
   bool transpose_a = false;  // a holds [..., k, m]
   bool transpose_b = false;  // b holds [..., n, k]
   int blas_threads = 0;      // > 0: set_blas_threads(blas_threads) first; 0: leave the setting
+  // bf16 operands only: return the f32 accumulator as it is instead of rounding it to bf16
+  // (mixed precision: no bf16 round trip and no separate cast; dense's bias is then f32).
+  bool f32_output = false;
 };
 
 // "f32[2,3]": a tensor as kernel errors name it; matmul_operand adds "^T" for a transposed operand.
@@ -61,10 +64,12 @@ std::string matmul_operand(const Tensor& t, bool transposed);
 
 // The dims of a (possibly batched, broadcast) matmul a x b under `options`' transposes, validated
 // the same way by every backend: ranks >= 2, equal non-bool dtypes, equal inner dims, batch dims
-// that broadcast (errors name `op` and both operands). out = batch + [m, n].
+// that broadcast, f32_output only with bf16 operands (errors name `op` and both operands).
+// out = batch + [m, n], of dtype out_dtype.
 struct MatmulDims {
   int64_t m = 0, n = 0, k = 0;
   Shape a_batch, b_batch, batch, out;
+  DType out_dtype = DType::kF32;
 };
 MatmulDims matmul_dims(const char* op, const Tensor& a, const Tensor& b,
                        const MatmulOptions& options);

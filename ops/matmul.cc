@@ -3,6 +3,7 @@
 // a partial sum, reduced where a consumer needs it. The VJP is two more matmuls.
 #include <algorithm>
 
+#include "dtensor/relayout.h"
 #include "kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
@@ -14,7 +15,8 @@ using namespace op_internal;  // NOLINT: the shared machinery of every family fi
 
 namespace {
 
-DTensor matmul_forward(const DTensor& a, const DTensor& b, bool transpose_a, bool transpose_b) {
+DTensor matmul_forward(const DTensor& a, const DTensor& b, bool transpose_a, bool transpose_b,
+                       bool f32_output) {
   check_same_mesh("matmul", {&a, &b});
   check_same_dtype("matmul", a, b);
   if (a.rank() < 2 || b.rank() < 2) {
@@ -76,9 +78,11 @@ DTensor matmul_forward(const DTensor& a, const DTensor& b, bool transpose_a, boo
     stacking.contraction_axes = {transpose_a ? 0 : 1, transpose_b ? 1 : 0};
   }
   return expand(
-      sig, {&a, &b}, out, a.dtype(), flops,
+      sig, {&a, &b}, out, f32_output ? DType::kF32 : a.dtype(), flops,
       [=](const Shards& s) {
-        return kernels::matmul(s[0], s[1], {transpose_a, transpose_b, local_blas_threads()});
+        kernels::MatmulOptions options{transpose_a, transpose_b, local_blas_threads()};
+        options.f32_output = f32_output;
+        return kernels::matmul(s[0], s[1], options);
       },
       stacking);
 }
@@ -86,10 +90,11 @@ DTensor matmul_forward(const DTensor& a, const DTensor& b, bool transpose_a, boo
 // ---- dense: activation(x @ w + b) as one kernel ----
 
 DTensor dense_forward(const DTensor& x, const DTensor& w, const DTensor& b,
-                      DenseActivation activation) {
+                      DenseActivation activation, bool f32_output) {
   check_same_mesh("dense", {&x, &w, &b});
   check_same_dtype("dense", x, w);
-  check_same_dtype("dense", x, b);
+  // The bias is in the output's dtype (f32 for bf16 products with an f32 output).
+  if (!f32_output) check_same_dtype("dense", x, b);
   if (x.rank() < 2 || w.rank() != 2 || b.rank() != 1) {
     throw_error<ShapeError>("dense", "need x of rank >= 2, w of rank 2 and b of rank 1: {}, {}, {}",
                             x.short_string(), w.short_string(), b.short_string());
@@ -115,7 +120,7 @@ DTensor dense_forward(const DTensor& x, const DTensor& w, const DTensor& b,
   // A sharded K makes the product partial: the bias and the activation must wait for the sum,
   // so that case runs unfused (the reduction happens where add needs it).
   if (decide_sharding(sig, {&x, &w, &b})->output.is_partial()) {
-    DTensor y = add(matmul(x, w), b);
+    DTensor y = add(matmul_forward(x, w, false, false, f32_output), b);
     return relu_after ? relu(y) : y;
   }
   Shape out(x.shape().begin(), x.shape().end() - 1);
@@ -126,9 +131,11 @@ DTensor dense_forward(const DTensor& x, const DTensor& w, const DTensor& b,
   const std::optional<kernels::UnaryOp> act =
       relu_after ? std::optional<kernels::UnaryOp>(kernels::UnaryOp::kRelu) : std::nullopt;
   return expand(
-      sig, {&x, &w, &b}, out, x.dtype(), flops,
-      [act](const Shards& s) {
-        return kernels::dense(s[0], s[1], &s[2], act, {false, false, local_blas_threads()});
+      sig, {&x, &w, &b}, out, f32_output ? DType::kF32 : x.dtype(), flops,
+      [act, f32_output](const Shards& s) {
+        kernels::MatmulOptions options{false, false, local_blas_threads()};
+        options.f32_output = f32_output;
+        return kernels::dense(s[0], s[1], &s[2], act, options);
       },
       stacking);
 }
@@ -146,26 +153,75 @@ DTensor relu_mask(const DTensor& y) {
                 [](const Shards& s) { return kernels::unary(kernels::UnaryOp::kReluGrad, s[0]); });
 }
 
+// The VJPs below take the operands the forward product used (f32, or the bf16 copies of f32
+// variables under a mixed policy) and `product(a, b, ta, tb)`, the product that made y: matmul,
+// or the f32 result of bf16 operands. The incoming gradient is cast once to the operands' dtype,
+// for both products.
+DTensor in_dtype(const DTensor& g, DType dtype) { return g.dtype() == dtype ? g : cast(g, dtype); }
+
+template <typename Product>
+Grads matmul_grads(const DTensor& g, const DTensor& a, const DTensor& b, bool ta, bool tb,
+                   const Shape& sa, const Shape& sb, const Product& product) {
+  const DTensor gp = in_dtype(g, a.dtype());
+  Grads grads(2);
+  if (gradient_needed(0)) {
+    DTensor ga = !ta ? (!tb ? product(gp, b, false, true) : product(gp, b, false, false))
+                     : (!tb ? product(b, gp, false, true) : product(b, gp, true, true));
+    grads[0] = sum_to(ga, sa);
+  }
+  if (gradient_needed(1)) {
+    DTensor gb = !tb ? (!ta ? product(a, gp, true, false) : product(a, gp, false, false))
+                     : (!ta ? product(gp, a, true, false) : product(gp, a, true, true));
+    grads[1] = sum_to(gb, sb);
+  }
+  return grads;
+}
+
+// dense's VJP: the gradient before the activation (in y's dtype), then matmul's and add's.
+template <typename Product>
+Grads dense_grads(const DTensor& g, const DTensor& y, DenseActivation activation, const DTensor& x,
+                  const DTensor& w, const Shape& sx, const Shape& sw, const Shape& sb,
+                  const Product& product) {
+  const DTensor gz = activation == DenseActivation::kRelu ? mul(g, relu_mask(y)) : g;
+  const DTensor gp = in_dtype(gz, x.dtype());
+  Grads grads(3);
+  if (gradient_needed(0)) grads[0] = sum_to(product(gp, w, false, true), sx);
+  if (gradient_needed(1)) grads[1] = sum_to(product(x, gp, true, false), sw);
+  if (gradient_needed(2)) grads[2] = sum_to(gz, sb);
+  return grads;
+}
+
+DTensor public_matmul(const DTensor& a, const DTensor& b, bool ta, bool tb) {
+  return matmul(a, b, ta, tb);
+}
+
+DTensor f32_product(const DTensor& a, const DTensor& b, bool ta, bool tb) {
+  return matmul_forward(a, b, ta, tb, /*f32_output=*/true);
+}
+
+// The policy's reduction of a partial gradient: in bf16 when it says so (each f32 term rounded
+// to bf16 once, summed in bf16, widened), else left partial for the f32 sum where it is needed.
+Grads reduced_as_policy(Grads grads, bool bf16_reduction) {
+  if (!bf16_reduction) return grads;
+  for (std::optional<DTensor>& g : grads) {
+    if (g && g->layout().is_partial()) {
+      g = cast(relayout(cast(*g, DType::kBF16), g->layout().without_partial()), DType::kF32);
+    }
+  }
+  return grads;
+}
+
+bool bf16_reduction() { return current_policy().gradient_reduction_dtype() == DType::kBF16; }
+
 }  // namespace
 
 DTensor matmul(const DTensor& a, const DTensor& b, bool ta, bool tb) {
   if (precision_internal::runs_mixed(a, b)) return precision_internal::mixed_matmul(a, b, ta, tb);
   return recorded(
-      {&a, &b}, [&] { return matmul_forward(a, b, ta, tb); },
+      {&a, &b}, [&] { return matmul_forward(a, b, ta, tb, false); },
       [&](const DTensor&) {
         return [a, b, ta, tb](const DTensor& g) -> Grads {
-          Grads grads(2);
-          if (gradient_needed(0)) {
-            DTensor ga = !ta ? (!tb ? matmul(g, b, false, true) : matmul(g, b, false, false))
-                             : (!tb ? matmul(b, g, false, true) : matmul(b, g, true, true));
-            grads[0] = sum_to(ga, a.shape());
-          }
-          if (gradient_needed(1)) {
-            DTensor gb = !tb ? (!ta ? matmul(a, g, true, false) : matmul(a, g, false, false))
-                             : (!ta ? matmul(g, a, true, false) : matmul(g, a, true, true));
-            grads[1] = sum_to(gb, b.shape());
-          }
-          return grads;
+          return matmul_grads(g, a, b, ta, tb, a.shape(), b.shape(), public_matmul);
         };
       });
 }
@@ -175,16 +231,40 @@ DTensor dense(const DTensor& x, const DTensor& w, const DTensor& b, DenseActivat
     return precision_internal::mixed_dense(x, w, b, activation);
   }
   return recorded(
-      {&x, &w, &b}, [&] { return dense_forward(x, w, b, activation); },
+      {&x, &w, &b}, [&] { return dense_forward(x, w, b, activation, false); },
       [&](const DTensor& y) {
         return [x, w, sb = b.shape(), y, activation](const DTensor& g) -> Grads {
-          // The gradient before the activation, then matmul's and add's VJPs.
-          const DTensor gz = activation == DenseActivation::kRelu ? mul(g, relu_mask(y)) : g;
-          Grads grads(3);
-          if (gradient_needed(0)) grads[0] = sum_to(matmul(gz, w, false, true), x.shape());
-          if (gradient_needed(1)) grads[1] = sum_to(matmul(x, gz, true, false), w.shape());
-          if (gradient_needed(2)) grads[2] = sum_to(gz, sb);
-          return grads;
+          return dense_grads(g, y, activation, x, w, x.shape(), w.shape(), sb, public_matmul);
+        };
+      });
+}
+
+// The mixed forms: bf16 copies of the f32 operands (weights from the copy their optimizer keeps),
+// products with f32 results straight from the accumulator, f32 gradients for the f32 inputs.
+DTensor precision_internal::mixed_matmul(const DTensor& a, const DTensor& b, bool ta, bool tb) {
+  const DTensor a16 = bf16_operand(a), b16 = bf16_operand(b);
+  return recorded(
+      {&a, &b}, [&] { return f32_product(a16, b16, ta, tb); },
+      [&](const DTensor&) {
+        return [a16, b16, ta, tb, sa = a.shape(), sb = b.shape(),
+                bf16 = bf16_reduction()](const DTensor& g) -> Grads {
+          return reduced_as_policy(matmul_grads(g, a16, b16, ta, tb, sa, sb, f32_product), bf16);
+        };
+      });
+}
+
+DTensor precision_internal::mixed_dense(const DTensor& x, const DTensor& w, const DTensor& b,
+                                        DenseActivation activation) {
+  const DTensor x16 = bf16_operand(x), w16 = bf16_weight(w);
+  const DTensor b32 =
+      b.dtype() == DType::kF32 ? b : unrecorded([&] { return cast(b, DType::kF32); });
+  return recorded(
+      {&x, &w, &b}, [&] { return dense_forward(x16, w16, b32, activation, /*f32_output=*/true); },
+      [&](const DTensor& y) {
+        return [x16, w16, sx = x.shape(), sw = w.shape(), sb = b.shape(), y, activation,
+                bf16 = bf16_reduction()](const DTensor& g) -> Grads {
+          return reduced_as_policy(dense_grads(g, y, activation, x16, w16, sx, sw, sb, f32_product),
+                                   bf16);
         };
       });
 }

@@ -1,6 +1,7 @@
 #include "ops/precision.h"
 
 #include "dtensor/relayout.h"
+#include "dtensor/variable.h"
 #include "ops/op_internal.h"
 #include "runtime/error.h"
 
@@ -67,15 +68,13 @@ bool runs_mixed(const DTensor& a, const DTensor& b) {
          b.dtype() == DType::kF32;
 }
 
-DTensor mixed_matmul(const DTensor& a, const DTensor& b, bool transpose_a, bool transpose_b) {
-  return cast(matmul(to_compute_dtype(a), to_compute_dtype(b), transpose_a, transpose_b),
-              DType::kF32);
+DTensor bf16_operand(const DTensor& x) {
+  return unrecorded([&] { return cast(x, DType::kBF16); });
 }
 
-DTensor mixed_dense(const DTensor& x, const DTensor& w, const DTensor& b,
-                    DenseActivation activation) {
-  return cast(dense(to_compute_dtype(x), to_compute_dtype(w), to_compute_dtype(b), activation),
-              DType::kF32);
+DTensor bf16_weight(const DTensor& w) {
+  std::optional<DTensor> copy = DVariable::copy_of(w, DType::kBF16);
+  return copy ? *copy : bf16_operand(w);
 }
 
 DTensor mixed_conv2d(const DTensor& x, const DTensor& w, const Conv2dOptions& options) {

@@ -6,14 +6,15 @@
 //   DTensor y = dense(x, w.value(), b.value(), DenseActivation::kRelu);
 //
 // Under a policy with a bf16 compute dtype, matmul, dense and conv2d called with f32 operands
-// cast them to bf16, run the bf16 kernel (oneDNN: bf16 products, f32 accumulation) and cast the
-// result back to f32, so that everything around them (softmax, cross-entropy, layer norm,
-// reductions, the loss, the optimizer) stays f32. Gradients flow back through the casts: each
-// f32 input gets an f32 gradient, so the optimizer sees the variable's dtype. The partial
-// gradient of a replicated weight is reduced in f32 (the bf16 -> f32 cast passes the partial
-// sum through, and the f32 terms are summed), or, with `with_bf16_gradient_reduction()`, in
-// bf16 before the cast: half the bytes on the wire, at the cost of bf16 roundings of the sum
-// (docs/mixed_precision.md states the bound for each collective backend).
+// run on bf16 copies of them (oneDNN: bf16 products, f32 accumulation); matmul and dense return
+// the f32 accumulator as it is (no bf16 rounding of the result), conv2d its bf16 result widened.
+// Everything around them (softmax, cross-entropy, layer norm, reductions, the loss, the
+// optimizer) stays f32. Gradients flow back as f32: each f32 input gets an f32 gradient, the
+// incoming gradient cast to bf16 once for the two products that use it. The partial gradient of
+// a replicated weight is reduced in f32 (the default), or, with `with_bf16_gradient_reduction()`,
+// in bf16 (each term rounded to bf16, summed, widened): half the bytes on the wire, at the cost
+// of bf16 roundings of the sum (docs/mixed_precision.md states the bound for each collective
+// backend).
 // Operands already in bf16 (or f64, or integers) are left alone: the policy only changes f32.
 //
 // The current policy is per thread (float32 unless a PolicyScope says otherwise); a captured
@@ -86,10 +87,21 @@ namespace precision_internal {
 // calls its mixed version below (the hooks in ops/matmul.cc and ops/conv.cc).
 bool runs_mixed(const DTensor& a, const DTensor& b);
 
+// matmul and dense with f32 operands as ops of their own (ops/matmul.cc): bf16 copies of the
+// operands, products whose f32 result comes straight from the accumulator (the bias and ReLU
+// fused in), f32 gradients for the f32 inputs, partial ones reduced as the policy says.
 DTensor mixed_matmul(const DTensor& a, const DTensor& b, bool transpose_a, bool transpose_b);
 DTensor mixed_dense(const DTensor& x, const DTensor& w, const DTensor& b,
                     DenseActivation activation);
+// conv2d on the bf16 copies of its operands, its bf16 result widened (through to_compute_dtype).
 DTensor mixed_conv2d(const DTensor& x, const DTensor& w, const Conv2dOptions& options);
+
+// x cast to bf16 without a tape entry (the mixed ops record themselves).
+DTensor bf16_operand(const DTensor& x);
+// The bf16 copy of a weight for the mixed products: the copy its variable keeps when w is a
+// variable's current value (cast once, then refreshed by the optimizer's in-place update), else
+// bf16_operand(w).
+DTensor bf16_weight(const DTensor& w);
 
 }  // namespace precision_internal
 }  // namespace dtensor

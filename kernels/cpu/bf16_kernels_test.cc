@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 
@@ -92,4 +93,42 @@ TEST_CASE("bf16 matmul and dense equal the f64 reference within 2^-8 of sum |a b
       require_within(acc, a, b, nullptr, false);
     }
   }
+}
+
+TEST_CASE("bf16 products with f32_output return the f32 accumulator that bf16 output rounds",
+          "[bf16]") {
+  for (int threads : {1, 2}) {
+    for (bool ta : {false, true}) {
+      INFO("threads=" << threads << " transpose_a=" << ta << (avx2_only ? " (AVX2)" : ""));
+      const Tensor a = bf16_values({67, 300}, 4), b = bf16_values({300, 129}, 5);
+      const Tensor at = kernels::transpose(a, {1, 0});
+      const Tensor& lhs = ta ? at : a;
+      const Tensor bias16 = bf16_values({129}, 6);
+      const Tensor bias32 = kernels::cast(bias16, DType::kF32);
+      kernels::MatmulOptions o{ta, false, threads};
+      kernels::MatmulOptions o32 = o;
+      o32.f32_output = true;
+      const Tensor y = kernels::matmul(lhs, b, o32);
+      REQUIRE(y.dtype() == DType::kF32);
+      require_within(y, a, b, nullptr, false);
+      // The bf16 result is this accumulator rounded once.
+      const Tensor y16 = kernels::cast(y, DType::kBF16);
+      CHECK(std::memcmp(y16.raw_data(), kernels::matmul(lhs, b, o).raw_data(), y16.nbytes()) == 0);
+      const Tensor d = kernels::dense(lhs, b, &bias32, kernels::UnaryOp::kRelu, o32);
+      REQUIRE(d.dtype() == DType::kF32);
+      require_within(d, a, b, &bias16, true);
+    }
+  }
+}
+
+TEST_CASE("f32_output rejects non-bf16 operands and a bias not in the output dtype", "[bf16]") {
+  const Tensor a = Tensor::zeros({2, 3}, DType::kF32), b = Tensor::zeros({3, 4}, DType::kF32);
+  kernels::MatmulOptions o;
+  o.f32_output = true;
+  CHECK_THROWS_WITH(kernels::matmul(a, b, o),
+                    "[matmul] f32_output needs bf16 operands: f32[2,3] x f32[3,4]");
+  const Tensor a16 = kernels::cast(a, DType::kBF16), b16 = kernels::cast(b, DType::kBF16);
+  const Tensor bias16 = Tensor::zeros({4}, DType::kBF16);
+  CHECK_THROWS_WITH(kernels::dense(a16, b16, &bias16, std::nullopt, o),
+                    "[dense] bias bf16[4] does not match output f32[2,4]");
 }

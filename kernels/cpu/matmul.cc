@@ -27,6 +27,7 @@ struct MatmulShape {
   std::vector<int64_t> a_batch_index;  // per output batch: the matrix of a (and of b) it uses;
   std::vector<int64_t> b_batch_index;  // empty when the output is empty
   Shape out;
+  DType out_dtype = DType::kF32;  // the operands' dtype, or f32 for bf16 with f32_output
 
   int64_t batch_count() const { return static_cast<int64_t>(a_batch_index.size()); }
 };
@@ -78,6 +79,7 @@ MatmulShape matmul_shape(const char* op, const Tensor& a, const Tensor& b,
                                       matmul_operand(a, ta), matmul_operand(b, tb));
   }
   s.out = d.out;
+  s.out_dtype = d.out_dtype;
   // An empty result needs no batches (and its batch dims may be huge when m or n is 0).
   if (num_elements(s.out) > 0) {
     s.a_batch_index = batch_indices(s.batch, d.a_batch);
@@ -278,6 +280,12 @@ bool onednn_matmul(const MatmulShape& s, const Tensor& a, const Tensor& b,
   return true;
 }
 
+// The f32 accumulator of an f32 or bf16 product as the caller asked for it: rounded to bf16 for
+// bf16 operands, unless f32_output.
+Tensor to_output_dtype(const MatmulShape& s, const Tensor& accumulator) {
+  return s.out_dtype == DType::kBF16 ? internal::f32_to_bf16(accumulator) : accumulator;
+}
+
 }  // namespace
 
 void set_blas_threads(int n) {
@@ -291,9 +299,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
   const MatmulShape s = matmul_shape("matmul", a, b, options);
   if ((a.dtype() == DType::kF32 || a.dtype() == DType::kBF16) && use_onednn(s, options)) {
     Tensor out = Tensor::empty(s.out, DType::kF32, a.device());
-    if (onednn_matmul(s, a, b, options, {}, out)) {
-      return a.dtype() == DType::kBF16 ? internal::f32_to_bf16(out) : out;
-    }
+    if (onednn_matmul(s, a, b, options, {}, out)) return to_output_dtype(s, out);
   }
   const int threads = product_threads(options);
   const bool ta = options.transpose_a, tb = options.transpose_b;
@@ -301,7 +307,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
     Tensor out = Tensor::empty(s.out, DType::kF32, a.device());
     float_matmul<float>(s, internal::bf16_to_f32(a), internal::bf16_to_f32(b), ta, tb, 0.0f, out,
                         threads);
-    return internal::f32_to_bf16(out);
+    return to_output_dtype(s, out);
   }
   Tensor out = Tensor::empty(s.out, a.dtype(), a.device());
   internal::visit_numeric(a.dtype(), [&](auto tag) {
@@ -343,7 +349,7 @@ void matmul_accumulate(const Tensor& a, const Tensor& b, Tensor& out,
 Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
              std::optional<UnaryOp> activation, const MatmulOptions& options) {
   const MatmulShape s = matmul_shape("dense", x, w, options);
-  checks::dense_bias(x, bias, s.out);
+  checks::dense_bias(bias, s.out, s.out_dtype);
   if (activation && !internal::unary_supports(*activation, x.dtype())) {
     throw_error<DTypeError>("dense", "activation {} does not support {}: {} x {}",
                             unary_op_name(*activation), dtype_name(x.dtype()),
@@ -353,18 +359,22 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
   if ((x.dtype() == DType::kF32 || x.dtype() == DType::kBF16) && use_onednn(s, options)) {
     onednn::Epilogue epilogue;
     epilogue.bias = bias != nullptr ? bias->raw_data() : nullptr;
-    epilogue.bias_dtype = x.dtype();
+    epilogue.bias_dtype = s.out_dtype;
     epilogue.relu = activation == UnaryOp::kRelu;
     Tensor out = Tensor::empty(s.out, DType::kF32, x.device());
     if (onednn_matmul(s, x, w, options, epilogue, out)) {
       if (activation && !epilogue.relu) internal::unary_in_place(*activation, out);
-      return x.dtype() == DType::kBF16 ? internal::f32_to_bf16(out) : out;
+      return to_output_dtype(s, out);
     }
   }
   if (x.dtype() == DType::kBF16) {
-    const Tensor fb = bias ? internal::bf16_to_f32(*bias) : Tensor();
-    return internal::f32_to_bf16(dense(internal::bf16_to_f32(x), internal::bf16_to_f32(w),
-                                       bias ? &fb : nullptr, activation, options));
+    // Widened to f32 (exact), multiplied by OpenBLAS, rounded back unless f32_output.
+    const Tensor fb = bias && bias->dtype() == DType::kBF16 ? internal::bf16_to_f32(*bias)
+                                                            : (bias ? *bias : Tensor());
+    MatmulOptions f32_options = options;
+    f32_options.f32_output = false;
+    return to_output_dtype(s, dense(internal::bf16_to_f32(x), internal::bf16_to_f32(w),
+                                    bias ? &fb : nullptr, activation, f32_options));
   }
   const int threads = product_threads(options);
   const bool ta = options.transpose_a, tb = options.transpose_b;

@@ -45,6 +45,7 @@ cublasHandle_t handle_for(const Tensor& t, const char* op) {
 struct Geometry {
   int64_t m, n, k;
   Shape batch, out;
+  DType out_dtype;  // the operands' dtype, or f32 for bf16 with f32_output
   std::vector<int64_t> a_offsets, b_offsets;  // per output batch, in elements
   bool uniform = false;                       // offsets are i * stride (strided batched gemm)
   int64_t a_stride = 0, b_stride = 0;
@@ -74,6 +75,7 @@ Geometry geometry(const char* op, const Tensor& a, const Tensor& b, const Matmul
   g.k = d.k;
   g.batch = d.batch;
   g.out = d.out;
+  g.out_dtype = d.out_dtype;
   const Shape& a_batch = d.a_batch;
   const Shape& b_batch = d.b_batch;
   if (num_elements(g.out) > 0) {
@@ -160,7 +162,7 @@ void gemm(const char* op, const Geometry& g, const Tensor& a, bool ta, const Ten
 
 Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options) {
   const Geometry g = geometry("matmul", a, b, options);
-  Tensor out = Tensor::empty(g.out, a.dtype(), a.device());
+  Tensor out = Tensor::empty(g.out, g.out_dtype, a.device());
   gemm("matmul", g, a, options.transpose_a, b, options.transpose_b, out, 0.0);
   return out;
 }
@@ -177,18 +179,18 @@ void matmul_accumulate(const Tensor& a, const Tensor& b, Tensor& out,
 Tensor dense(const Tensor& x, const Tensor& w, const Tensor* bias,
              std::optional<UnaryOp> activation, const MatmulOptions& options) {
   const Geometry g = geometry("dense", x, w, options);
-  checks::dense_bias(x, bias, g.out);
-  Tensor out = Tensor::empty(g.out, x.dtype(), x.device());
+  checks::dense_bias(bias, g.out, g.out_dtype);
+  Tensor out = Tensor::empty(g.out, g.out_dtype, x.device());
   gemm("dense", g, x, options.transpose_a, w, options.transpose_b, out, 0.0);
-  const bool fused = x.dtype() == DType::kF32 || x.dtype() == DType::kF64;
+  const bool fused = out.dtype() == DType::kF32 || out.dtype() == DType::kF64;
   const bool relu = activation && *activation == UnaryOp::kRelu;
   if (fused && (!activation || relu)) {
     // One pass adds the bias and applies ReLU in place.
     if (bias != nullptr || relu) {
-      cuda_launch::bias_activation(
-          code(x.dtype()), out.raw_data(), bias ? bias->raw_data() : nullptr,
-          num_elements(g.out) / std::max<int64_t>(1, g.n), g.n,
-          relu ? cuda_launch::unary_op::kRelu : -1, stream_of(x, "dense"));
+      cuda_launch::bias_activation(code(out.dtype()), out.raw_data(),
+                                   bias ? bias->raw_data() : nullptr,
+                                   num_elements(g.out) / std::max<int64_t>(1, g.n), g.n,
+                                   relu ? cuda_launch::unary_op::kRelu : -1, stream_of(x, "dense"));
     }
     return out;
   }

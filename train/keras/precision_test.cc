@@ -8,6 +8,7 @@
 #include "ops/autograd.h"
 #include "ops/ops.h"
 #include "ops/precision.h"
+#include "train/capture/function.h"
 #include "train/keras/layers.h"
 #include "train/keras/strategy.h"
 #include "train/optim/optimizers.h"
@@ -66,4 +67,48 @@ TEST_CASE("training under mixed_bfloat16 keeps variables and Adam's slots in f32
   for (const DVariable& v : vars) CHECK(v.value().dtype() == DType::kF32);
   REQUIRE(adam.slots().size() == 2 * vars.size());
   for (const auto& slot : adam.slots()) CHECK(slot.second.value().dtype() == DType::kF32);
+}
+
+TEST_CASE("a captured mixed_bfloat16 step reads bf16 weight copies that Adam refreshes in place",
+          "[precision]") {
+  keras::MirroredStrategy strategy;
+  auto scope = strategy.scope();
+  // Two models with the same initial values: one trained eagerly, one by a captured step.
+  keras::Sequential eager_model(12, {keras::Dense(16, dtensor::relu), keras::Dense(4)}, 7);
+  keras::Sequential captured_model(12, {keras::Dense(16, dtensor::relu), keras::Dense(4)}, 7);
+  const DTensor x = random_uniform({16, 12}, strategy.batch_layout(2), 5, -1, 1);
+  const DTensor labels = cast(random_uniform({16}, strategy.batch_layout(1), 6, 0, 4), DType::kI32);
+  PolicyScope mixed(Policy::mixed_bfloat16());
+  Adam eager_adam(1e-2), captured_adam(1e-2);
+  auto train_step = [&](keras::Sequential& model, Adam& adam) {
+    const std::vector<DVariable> vars = model.variables();
+    GradientTape tape;
+    for (const DVariable& v : vars) tape.watch(v);
+    const DTensor loss = reduce_mean(sparse_softmax_cross_entropy(model.call(x, true), labels));
+    adam.apply(vars, tape.gradient(loss, vars));
+    return loss;
+  };
+  Function step([&](const std::vector<DTensor>&) {
+    return std::vector<DTensor>{train_step(captured_model, captured_adam)};
+  });
+  const std::vector<DVariable> vars = captured_model.variables();
+  const DVariable& kernel = vars[0];
+  REQUIRE(kernel.shape() == Shape{12, 16});
+  const void* copy_buffer = nullptr;
+  for (int i = 0; i < 4; ++i) {
+    const DTensor eager_loss = train_step(eager_model, eager_adam);
+    const DTensor captured_loss = step({})[0];
+    INFO("step " << i);
+    CHECK(same_bits(captured_loss, eager_loss));
+    // The copy holds the current weights rounded to bf16, in the same buffer once replays run.
+    const std::optional<DTensor> copy = DVariable::copy_of(kernel.value(), DType::kBF16);
+    REQUIRE(copy.has_value());
+    CHECK(same_bits(*copy, cast(kernel.value(), DType::kBF16)));
+    if (i >= 2) CHECK(copy->shard(0).raw_data() == copy_buffer);
+    copy_buffer = copy->shard(0).raw_data();
+  }
+  CHECK(step.trace_count() == 1);
+  for (size_t k = 0; k < vars.size(); ++k) {
+    CHECK(same_bits(vars[k].value(), eager_model.variables()[k].value()));
+  }
 }

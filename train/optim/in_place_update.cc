@@ -33,34 +33,63 @@ void for_float(const Tensor& t, Fn&& fn) {
     fn(double{});
 }
 
+// Where element i's new value goes besides the variable: the bf16 copy of an f32 variable, or
+// nowhere (Copy = NoCopy, which the compiler drops).
+struct NoCopy {
+  template <typename T>
+  void operator()(int64_t, T) const {}
+};
+struct Bf16Copy {
+  BFloat16* out;
+  void operator()(int64_t i, float w) const { out[i] = BFloat16(w); }
+  void operator()(int64_t, double) const {}
+};
+
+// Calls fn(copy) with the copy writer `bf16_copy` asks for.
+template <typename Fn>
+void with_copy(Tensor* bf16_copy, const Fn& fn) {
+  if (bf16_copy != nullptr) {
+    fn(Bf16Copy{bf16_copy->data<BFloat16>()});
+  } else {
+    fn(NoCopy{});
+  }
+}
+
 // The loops take their buffers as parameters (element i is read before it is written; no
 // restrict, since the outputs are the inputs).
-template <typename T>
-DTENSOR_VECTOR_CLONES void adam_range(T b1, T b2, T lr_t, T eps, T decay, T* w, const T* g, T* m, T* v, int64_t begin,
-                int64_t end) {
+template <typename T, typename Copy>
+DTENSOR_VECTOR_CLONES void adam_range(T b1, T b2, T lr_t, T eps, T decay, T* w, const T* g, T* m,
+                                      T* v, Copy copy, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; ++i) {
     const T mi = b1 * m[i] + (1 - b1) * g[i];
     const T vi = b2 * v[i] + (1 - b2) * g[i] * g[i];
     m[i] = mi;
     v[i] = vi;
-    w[i] = w[i] * decay - lr_t * mi / (std::sqrt(vi) + eps);
+    const T wi = w[i] * decay - lr_t * mi / (std::sqrt(vi) + eps);
+    w[i] = wi;
+    copy(i, wi);
   }
 }
 
 }  // namespace
 
-void sgd_in_place(Tensor& var, const Tensor& grad, double lr) {
+void sgd_in_place(Tensor& var, const Tensor& grad, double lr, Tensor* bf16_copy) {
   for_float(var, [&](auto zero) {
     using T = decltype(zero);
     T* w = var.data<T>();
     const T* g = grad.data<T>();
     const T a = static_cast<T>(lr);
-    for (int64_t i = 0; i < var.num_elements(); ++i) w[i] = w[i] - a * g[i];
+    with_copy(bf16_copy, [&](auto copy) {
+      for (int64_t i = 0; i < var.num_elements(); ++i) {
+        w[i] = w[i] - a * g[i];
+        copy(i, w[i]);
+      }
+    });
   });
 }
 
 void sgd_momentum_in_place(Tensor& var, const Tensor& grad, Tensor& velocity, double lr,
-                           double momentum, bool nesterov) {
+                           double momentum, bool nesterov, Tensor* bf16_copy) {
   for_float(var, [&](auto zero) {
     using T = decltype(zero);
     T* w = var.data<T>();
@@ -68,25 +97,31 @@ void sgd_momentum_in_place(Tensor& var, const Tensor& grad, Tensor& velocity, do
     T* v = velocity.data<T>();
     const T a = static_cast<T>(lr);
     const T mu = static_cast<T>(momentum);
-    for (int64_t i = 0; i < var.num_elements(); ++i) {
-      T vel = mu * v[i] - a * g[i];
-      v[i] = vel;
-      w[i] = nesterov ? w[i] + mu * vel - a * g[i] : w[i] + vel;
-    }
+    with_copy(bf16_copy, [&](auto copy) {
+      for (int64_t i = 0; i < var.num_elements(); ++i) {
+        T vel = mu * v[i] - a * g[i];
+        v[i] = vel;
+        w[i] = nesterov ? w[i] + mu * vel - a * g[i] : w[i] + vel;
+        copy(i, w[i]);
+      }
+    });
   });
 }
 
 void adam_in_place(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v,
-                   const kernels::AdamStepParams& p) {
+                   const kernels::AdamStepParams& p, Tensor* bf16_copy) {
   for_float(var, [&](auto zero) {
     using T = decltype(zero);
     T* pw = var.data<T>();
     const T* pg = grad.data<T>();
     T* pm = m.data<T>();
     T* pv = v.data<T>();
-    over_parts(var.num_elements(), [&](int64_t begin, int64_t end) {
-      adam_range<T>(static_cast<T>(p.beta1), static_cast<T>(p.beta2), static_cast<T>(p.lr_t),
-                    static_cast<T>(p.epsilon), static_cast<T>(p.decay), pw, pg, pm, pv, begin, end);
+    with_copy(bf16_copy, [&](auto copy) {
+      over_parts(var.num_elements(), [&](int64_t begin, int64_t end) {
+        adam_range<T>(static_cast<T>(p.beta1), static_cast<T>(p.beta2), static_cast<T>(p.lr_t),
+                      static_cast<T>(p.epsilon), static_cast<T>(p.decay), pw, pg, pm, pv, copy,
+                      begin, end);
+      });
     });
   });
 }

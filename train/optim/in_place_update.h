@@ -11,13 +11,16 @@
 
 namespace dtensor::optim_internal {
 
+// Each function also writes the new values, rounded to bf16, into `bf16_copy` in the same pass
+// when it is given (an f32 variable's bf16 copy, DVariable::update_in_place_with_copy).
+
 // var -= lr * grad.
-void sgd_in_place(Tensor& var, const Tensor& grad, double lr);
+void sgd_in_place(Tensor& var, const Tensor& grad, double lr, Tensor* bf16_copy = nullptr);
 // Keras momentum (see kernels::sgd_momentum_update) into var and velocity.
 void sgd_momentum_in_place(Tensor& var, const Tensor& grad, Tensor& velocity, double lr,
-                           double momentum, bool nesterov);
+                           double momentum, bool nesterov, Tensor* bf16_copy = nullptr);
 // Adam (see kernels::adam_update) into var, m and v.
 void adam_in_place(Tensor& var, const Tensor& grad, Tensor& m, Tensor& v,
-                   const kernels::AdamStepParams& params);
+                   const kernels::AdamStepParams& params, Tensor* bf16_copy = nullptr);
 
 }  // namespace dtensor::optim_internal

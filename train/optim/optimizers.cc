@@ -142,20 +142,26 @@ bool Optimizer::update_held_in_place(const DVariable& var, std::vector<DVariable
                                      const DTensor& grad, const std::vector<size_t>& first,
                                      double lr, int64_t step) {
   DVariable target = var;
-  return target.update_in_place([&](const std::vector<Tensor>& w) {
-    std::vector<std::vector<Tensor>> held;
-    return with_slots_held(slot_vars, 0, held, [&] {
-      for (size_t d = 0; d < w.size(); ++d) {
-        if (first[d] != d) continue;  // a replica of computation first[d]: the same buffers
-        Tensor var_d = w[d];
-        std::vector<Tensor> slots_d;
-        for (const std::vector<Tensor>& s : held) slots_d.push_back(s[d]);
-        // false only for an optimizer without an in-place form, before it writes anything
-        if (!update_in_place(var_d, grad.shard(d), slots_d, lr, step)) return false;
-      }
-      return true;
-    });
-  });
+  return target.update_in_place_with_copy(
+      [&](const std::vector<Tensor>& w, const std::vector<Tensor>& copy) {
+        std::vector<std::vector<Tensor>> held;
+        return with_slots_held(slot_vars, 0, held, [&] {
+          for (size_t d = 0; d < w.size(); ++d) {
+            if (first[d] != d) continue;  // a replica of computation first[d]: the same buffers
+            Tensor var_d = w[d];
+            std::vector<Tensor> slots_d;
+            for (const std::vector<Tensor>& s : held) slots_d.push_back(s[d]);
+            // The copy's replicas share buffers as the variable's do (DVariable::copy_of).
+            Tensor copy_d = copy.empty() ? Tensor() : copy[d];
+            // false only for an optimizer without an in-place form, before it writes anything
+            if (!update_in_place(var_d, grad.shard(d), slots_d, copy.empty() ? nullptr : &copy_d,
+                                 lr, step)) {
+              return false;
+            }
+          }
+          return true;
+        });
+      });
 }
 
 void Optimizer::update_variable(const DVariable& var, std::vector<DVariable>& slot_vars,
@@ -256,12 +262,12 @@ void SGD::update(const Tensor& var, const Tensor& grad, const std::vector<Tensor
   }
 }
 
-bool SGD::update_in_place(Tensor& var, const Tensor& grad, std::vector<Tensor>& slots, double lr,
-                          int64_t) const {
+bool SGD::update_in_place(Tensor& var, const Tensor& grad, std::vector<Tensor>& slots,
+                          Tensor* bf16_copy, double lr, int64_t) const {
   if (slots.empty()) {
-    optim_internal::sgd_in_place(var, grad, lr);
+    optim_internal::sgd_in_place(var, grad, lr, bf16_copy);
   } else {
-    optim_internal::sgd_momentum_in_place(var, grad, slots[0], lr, momentum_, nesterov_);
+    optim_internal::sgd_momentum_in_place(var, grad, slots[0], lr, momentum_, nesterov_, bf16_copy);
   }
   return true;
 }
@@ -294,9 +300,9 @@ kernels::AdamStepParams Adam::step_params(double lr, int64_t step) const {
   return {beta1_, beta2_, lr * correction, epsilon_, 1 - lr * weight_decay_};
 }
 
-bool Adam::update_in_place(Tensor& var, const Tensor& grad, std::vector<Tensor>& slots, double lr,
-                           int64_t step) const {
-  optim_internal::adam_in_place(var, grad, slots[0], slots[1], step_params(lr, step));
+bool Adam::update_in_place(Tensor& var, const Tensor& grad, std::vector<Tensor>& slots,
+                           Tensor* bf16_copy, double lr, int64_t step) const {
+  optim_internal::adam_in_place(var, grad, slots[0], slots[1], step_params(lr, step), bf16_copy);
   return true;
 }
 

@@ -57,9 +57,11 @@ class Optimizer {
                       Tensor& var_out, std::vector<Tensor>& slots_out, double lr,
                       int64_t step) const = 0;
   // As update, writing into `var` and `slots` themselves (host buffers no one else holds), with
-  // the same bits; false when this optimizer has no in-place form (update is used instead).
+  // the same bits, and, when `bf16_copy` is given, the new values rounded to bf16 into it in the
+  // same pass (the variable's bf16 copy, DVariable::copy_of); false, nothing written, when this
+  // optimizer has no in-place form (update is used instead).
   virtual bool update_in_place(Tensor& var, const Tensor& grad, std::vector<Tensor>& slots,
-                               double lr, int64_t step) const {
+                               Tensor* bf16_copy, double lr, int64_t step) const {
     return false;
   }
 
@@ -101,8 +103,8 @@ class SGD final : public Optimizer {
   void update(const Tensor& var, const Tensor& grad, const std::vector<Tensor>& slots,
               Tensor& var_out, std::vector<Tensor>& slots_out, double lr,
               int64_t step) const override;
-  bool update_in_place(Tensor& var, const Tensor& grad, std::vector<Tensor>& slots, double lr,
-                       int64_t step) const override;
+  bool update_in_place(Tensor& var, const Tensor& grad, std::vector<Tensor>& slots,
+                       Tensor* bf16_copy, double lr, int64_t step) const override;
   double momentum_;
   bool nesterov_;
 };
@@ -119,8 +121,8 @@ class Adam : public Optimizer {
   void update(const Tensor& var, const Tensor& grad, const std::vector<Tensor>& slots,
               Tensor& var_out, std::vector<Tensor>& slots_out, double lr,
               int64_t step) const override;
-  bool update_in_place(Tensor& var, const Tensor& grad, std::vector<Tensor>& slots, double lr,
-                       int64_t step) const override;
+  bool update_in_place(Tensor& var, const Tensor& grad, std::vector<Tensor>& slots,
+                       Tensor* bf16_copy, double lr, int64_t step) const override;
   // The kernel's parameters for `step` (bias correction, decoupled decay).
   kernels::AdamStepParams step_params(double lr, int64_t step) const;
   double beta1_, beta2_, epsilon_, weight_decay_;
