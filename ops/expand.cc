@@ -1,9 +1,13 @@
 #include "ops/expand.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <optional>
+#include <string_view>
 #include <type_traits>
 
+#include "dtensor/collectives.h"
 #include "dtensor/step_observer.h"
 #include "runtime/block.h"
 #include "runtime/thread_pool.h"
@@ -290,6 +294,83 @@ void add_in_order(const std::vector<const Tensor*>& parts, Tensor& out) {
   }
 }
 
+// The rows of `input`'s dim 0 on each device of `devices` (global ids), from its layout.
+std::vector<int64_t> rows_by_device(const DTensor& input, const std::vector<int64_t>& devices) {
+  std::vector<int64_t> rows;
+  for (int64_t id : devices) rows.push_back(input.layout().shard_shape(input.shape(), id)[0]);
+  return rows;
+}
+
+// The deterministic mode's cross-process part of a chunked partial sum: a group whose members
+// live in several processes can only fold in the one-process order if every process's rows start
+// on a chunk boundary; throws "[op] ..." naming the split otherwise.
+void check_process_chunks(const DTensor& input, const std::vector<int64_t>& devices, int64_t chunk,
+                          const char* op) {
+  const Mesh& mesh = input.layout().mesh();
+  const std::vector<int64_t> rows = rows_by_device(input, devices);
+  int64_t start = 0;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const bool first_of_process =
+        i > 0 && mesh.owner_process(devices[i]) != mesh.owner_process(devices[i - 1]);
+    if (first_of_process && start % chunk != 0) {
+      throw_error<ShapeError>(
+          op,
+          "the deterministic mode (DTENSOR_DETERMINISTIC=1) sums chunks of {} rows across "
+          "processes, but process {}'s rows of {} start at row {} of the group (devices {}): "
+          "split the batch so that every process holds whole chunks",
+          chunk, mesh.owner_process(devices[i]), input.short_string(), start,
+          fmt::join(devices, ","));
+    }
+    start += rows[i];
+  }
+}
+
+// Folds the chunk values of every member of each partial group, in group order, into the group's
+// `sum`: each local member gives its chunks (stacked along a new dim 0) to an all-gather over the
+// partial dims, and every process adds all of them in order, as the one-process run adds its
+// chunks. `chunks_of[m]` lists local member m's chunk values. Returns, per group, whether any
+// member gave a chunk (a group of shared-zeros terms has no sum).
+template <typename GroupT>
+std::vector<bool> fold_across_processes(const Layout& output_layout, const Shape& output_shape,
+                                        DType output_dtype, std::vector<GroupT>& groups,
+                                        const std::vector<std::vector<const Tensor*>>& chunks_of) {
+  const Mesh& mesh = output_layout.mesh();
+  const auto& ids = mesh.local_device_ids();
+  std::vector<Tensor> stacks(ids.size());
+  for (size_t m = 0; m < ids.size(); ++m) {
+    Shape shape = output_layout.shard_shape(output_shape, ids[m]);
+    shape.insert(shape.begin(), static_cast<int64_t>(chunks_of[m].size()));
+    stacks[m] = Tensor::empty(shape, output_dtype, Device{mesh.device_type(), ids[m]});
+    auto* at = static_cast<char*>(stacks[m].raw_data());
+    for (const Tensor* value : chunks_of[m]) {  // contiguous host tensors (kernel results)
+      std::memcpy(at, value->raw_data(), value->nbytes());
+      at += value->nbytes();
+    }
+  }
+  const std::vector<Tensor> gathered =
+      all_gather(mesh, output_layout.partial_mask(), stacks, /*axis=*/0);
+  std::vector<bool> summed;
+  for (GroupT& g : groups) {
+    const Tensor& all = gathered[g.members[0]];
+    std::vector<Tensor> rows;
+    for (int64_t r = 0; r < all.dim(0); ++r) rows.push_back(leading_rows(all, r, r + 1));
+    summed.push_back(!rows.empty());
+    if (rows.empty()) continue;
+    std::vector<const Tensor*> parts;
+    for (const Tensor& r : rows) parts.push_back(&r);
+    Tensor sum = Tensor::empty(output_layout.shard_shape(output_shape, ids[g.members[0]]),
+                               output_dtype, all.device());
+    visit_dtype(output_dtype, [&](auto zero) {
+      using T = decltype(zero);
+      if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, BFloat16>) {
+        add_in_order<T>(parts, sum);
+      }
+    });
+    g.sum = std::move(sum);
+  }
+  return summed;
+}
+
 // Stacking::chunk_rows: fills `shards` (one per local device) and returns true, or returns false
 // having done nothing (the plain paths then run).
 bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& stacking,
@@ -339,6 +420,18 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
   // Parts: each term's shards when every term but the last holds whole chunks, else the terms
   // put together. Everything is checked before any kernel runs.
   const int64_t chunk = stacking.chunk_rows;
+  const bool across_processes =
+      output_layout.is_partial() && mesh.num_processes() > 1 && deterministic_sums();
+  std::vector<std::vector<int64_t>> global_groups;  // of `groups`, in the same order
+  if (across_processes) {
+    for (std::vector<int64_t>& ids : mesh.groups(output_layout.partial_mask())) {
+      if (std::none_of(ids.begin(), ids.end(), [&](int64_t id) { return mesh.is_local(id); })) {
+        continue;
+      }
+      check_process_chunks(*inputs[0], ids, chunk, stacking.op);
+      global_groups.push_back(std::move(ids));
+    }
+  }
   for (Group& g : groups) {
     bool aligned = true;
     for (size_t t = 0; t < g.terms.size(); ++t) {
@@ -366,15 +459,20 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
   }
   // The chunks of every group, in order.
   std::vector<std::vector<Tensor>> chunk_args;
+  std::vector<size_t> chunk_owner;  // the local member that gives each chunk
   for (Group& g : groups) {
     g.first_chunk = chunk_args.size();
-    for (const std::vector<Tensor>& part : g.parts) {
+    for (size_t p = 0; p < g.parts.size(); ++p) {
+      const std::vector<Tensor>& part = g.parts[p];
       const int64_t rows = part[0].dim(0);
+      // A part per term, or the terms put together: the first term gives all its chunks.
+      const size_t owner = g.terms[g.parts.size() == g.terms.size() ? p : 0];
       for (int64_t begin = 0; begin < rows || (begin == 0 && rows == 0); begin += chunk) {
         const int64_t end = std::min(rows, begin + chunk);
         std::vector<Tensor> args;
         for (const Tensor& t : part) args.push_back(leading_rows(t, begin, end));
         chunk_args.push_back(std::move(args));
+        chunk_owner.push_back(owner);
         if (rows == 0) break;
       }
     }
@@ -393,8 +491,23 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
   } else {
     for (int64_t c = 0; c < n; ++c) run_chunk(c);
   }
+  // The deterministic mode: groups that span processes fold every process's chunks in order,
+  // and the group's first device holds the sum.
+  if (across_processes) {
+    std::vector<std::vector<const Tensor*>> chunks_of(num_local);
+    for (size_t c = 0; c < values.size(); ++c) chunks_of[chunk_owner[c]].push_back(&values[c]);
+    const std::vector<bool> summed =
+        fold_across_processes(output_layout, output_shape, output_dtype, groups, chunks_of);
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const int64_t first = global_groups[i][0];
+      groups[i].terms.clear();
+      if (summed[i] && mesh.is_local(first)) {
+        groups[i].terms.push_back(static_cast<size_t>(mesh.local_index(first)));
+      }
+    }
+  }
   for (Group& g : groups) {
-    if (g.num_chunks == 0) continue;
+    if (across_processes || g.num_chunks == 0) continue;
     if (g.num_chunks == 1) {
       g.sum = values[g.first_chunk];
       continue;
@@ -431,9 +544,19 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
 
 }  // namespace
 
+bool deterministic_sums() {
+  static const bool on = [] {
+    const char* v = std::getenv("DTENSOR_DETERMINISTIC");
+    return v != nullptr && std::string_view(v) == "1";
+  }();
+  return on;
+}
+
 int64_t invariant_chunk_rows(int64_t extent, double work, double small_work) {
   constexpr int64_t kChunks = 8;
-  if (extent <= 0 || work < small_work) return std::max<int64_t>(extent, 1);
+  if (extent <= 0 || (work < small_work && !deterministic_sums())) {
+    return std::max<int64_t>(extent, 1);
+  }
   return (extent + kChunks - 1) / kChunks;
 }
 
