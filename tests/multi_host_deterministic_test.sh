@@ -6,12 +6,12 @@
 # (multi_host_mnist_test), since each process then sums its own rows before the all-reduce.
 #   multi_host_deterministic_test.sh <netns_cluster.sh> <train>
 set -euo pipefail
+export DTENSOR_DETERMINISTIC=1  # every run below, and every process of the jobs on hosts
 source "$(dirname "$0")/multi_host_lib.sh"
 cluster=$1 train=$2
 require_namespace_hosts
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 flags=(--epochs=2 --train_limit=1024 --test_limit=256 --batch_size=64)
-export DTENSOR_DETERMINISTIC=1
 
 one_process() {  # one_process NAME MESH
   "$train" "${flags[@]}" --mesh="$2" --metrics_out="$tmp/$1.json" >"$tmp/$1.log" 2>&1 ||
