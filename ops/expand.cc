@@ -325,50 +325,62 @@ void check_process_chunks(const DTensor& input, const std::vector<int64_t>& devi
   }
 }
 
-// Folds the chunk values of every member of each partial group, in group order, into the group's
-// `sum`: each local member gives its chunks (stacked along a new dim 0) to an all-gather over the
-// partial dims, and every process adds all of them in order, as the one-process run adds its
-// chunks. `chunks_of[m]` lists local member m's chunk values. Returns, per group, whether any
-// member gave a chunk (a group of shared-zeros terms has no sum).
-template <typename GroupT>
-std::vector<bool> fold_across_processes(const Layout& output_layout, const Shape& output_shape,
-                                        DType output_dtype, std::vector<GroupT>& groups,
-                                        const std::vector<std::vector<const Tensor*>>& chunks_of) {
+// The deterministic mode's fold across processes. Each local member gives its chunk values,
+// flattened and stacked along a new dim 0, to an all-to-all over the partial dims that hands
+// member j of a group of G piece j (chunk semantics) of the elements of every member's chunks, in
+// group order: chunk 0 first. Member j adds its piece of all the chunks in order, as the
+// one-process run adds whole chunks, and returns its piece in place, zeros elsewhere: the
+// all-reduce that follows adds exact zeros to each element's one sum. Each process receives
+// about 1/G of every chunk, not every chunk whole. `chunks_of[m]` lists local member m's chunk
+// values; `positions[m]` is member m's position in its group of `group_size`.
+std::vector<Tensor> fold_across_processes(const Layout& output_layout, const Shape& output_shape,
+                                          DType output_dtype,
+                                          const std::vector<std::vector<const Tensor*>>& chunks_of,
+                                          const std::vector<int64_t>& positions,
+                                          int64_t group_size) {
   const Mesh& mesh = output_layout.mesh();
   const auto& ids = mesh.local_device_ids();
   std::vector<Tensor> stacks(ids.size());
   for (size_t m = 0; m < ids.size(); ++m) {
-    Shape shape = output_layout.shard_shape(output_shape, ids[m]);
-    shape.insert(shape.begin(), static_cast<int64_t>(chunks_of[m].size()));
-    stacks[m] = Tensor::empty(shape, output_dtype, Device{mesh.device_type(), ids[m]});
+    const int64_t n = num_elements(output_layout.shard_shape(output_shape, ids[m]));
+    stacks[m] = Tensor::empty({static_cast<int64_t>(chunks_of[m].size()), n}, output_dtype,
+                              Device{mesh.device_type(), ids[m]});
     auto* at = static_cast<char*>(stacks[m].raw_data());
     for (const Tensor* value : chunks_of[m]) {  // contiguous host tensors (kernel results)
       std::memcpy(at, value->raw_data(), value->nbytes());
       at += value->nbytes();
     }
   }
-  const std::vector<Tensor> gathered =
-      all_gather(mesh, output_layout.partial_mask(), stacks, /*axis=*/0);
-  std::vector<bool> summed;
-  for (GroupT& g : groups) {
-    const Tensor& all = gathered[g.members[0]];
+  const std::vector<Tensor> pieces = all_to_all(mesh, output_layout.partial_mask(), stacks,
+                                                /*split_axis=*/1, /*concat_axis=*/0);
+  std::vector<Tensor> shards(ids.size());
+  for (size_t m = 0; m < ids.size(); ++m) {
+    const Shape shape = output_layout.shard_shape(output_shape, ids[m]);
+    const Device device{mesh.device_type(), ids[m]};
+    const Tensor& piece = pieces[m];
+    if (piece.dim(0) == 0 || piece.dim(1) == 0) {
+      shards[m] = Tensor::shared_zeros(shape, output_dtype, device);
+      continue;
+    }
     std::vector<Tensor> rows;
-    for (int64_t r = 0; r < all.dim(0); ++r) rows.push_back(leading_rows(all, r, r + 1));
-    summed.push_back(!rows.empty());
-    if (rows.empty()) continue;
+    for (int64_t r = 0; r < piece.dim(0); ++r) rows.push_back(leading_rows(piece, r, r + 1));
     std::vector<const Tensor*> parts;
     for (const Tensor& r : rows) parts.push_back(&r);
-    Tensor sum = Tensor::empty(output_layout.shard_shape(output_shape, ids[g.members[0]]),
-                               output_dtype, all.device());
+    Tensor sum = Tensor::empty({1, piece.dim(1)}, output_dtype, device);
     visit_dtype(output_dtype, [&](auto zero) {
       using T = decltype(zero);
       if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, BFloat16>) {
         add_in_order<T>(parts, sum);
       }
     });
-    g.sum = std::move(sum);
+    shards[m] = Tensor::zeros(shape, output_dtype, device);
+    const ShardRange range = chunk_range(num_elements(shape), group_size, positions[m]);
+    const size_t esize = dtype_size(output_dtype);
+    std::memcpy(
+        static_cast<char*>(shards[m].raw_data()) + range.offset * static_cast<int64_t>(esize),
+        sum.raw_data(), sum.nbytes());
   }
-  return summed;
+  return shards;
 }
 
 // Stacking::chunk_rows: fills `shards` (one per local device) and returns true, or returns false
@@ -491,23 +503,22 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
   } else {
     for (int64_t c = 0; c < n; ++c) run_chunk(c);
   }
-  // The deterministic mode: groups that span processes fold every process's chunks in order,
-  // and the group's first device holds the sum.
+  // The deterministic mode: groups that span processes fold every process's chunks in order.
   if (across_processes) {
     std::vector<std::vector<const Tensor*>> chunks_of(num_local);
     for (size_t c = 0; c < values.size(); ++c) chunks_of[chunk_owner[c]].push_back(&values[c]);
-    const std::vector<bool> summed =
-        fold_across_processes(output_layout, output_shape, output_dtype, groups, chunks_of);
-    for (size_t i = 0; i < groups.size(); ++i) {
-      const int64_t first = global_groups[i][0];
-      groups[i].terms.clear();
-      if (summed[i] && mesh.is_local(first)) {
-        groups[i].terms.push_back(static_cast<size_t>(mesh.local_index(first)));
+    std::vector<int64_t> positions(num_local, 0);
+    for (const std::vector<int64_t>& ids : global_groups) {
+      for (size_t p = 0; p < ids.size(); ++p) {
+        if (mesh.is_local(ids[p])) positions[mesh.local_index(ids[p])] = static_cast<int64_t>(p);
       }
     }
+    shards = fold_across_processes(output_layout, output_shape, output_dtype, chunks_of, positions,
+                                   mesh.group_size(output_layout.partial_mask()));
+    return true;
   }
   for (Group& g : groups) {
-    if (across_processes || g.num_chunks == 0) continue;
+    if (g.num_chunks == 0) continue;
     if (g.num_chunks == 1) {
       g.sum = values[g.first_chunk];
       continue;

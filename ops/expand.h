@@ -61,9 +61,10 @@ struct Stacking {
 // batch-invariant sums also hold across processes, so that a job on any number of processes and
 // hosts gives the bits of the one-process run with the same switch. Every batch sum is then
 // chunked (matmul's weight gradient too, and small sums in eight chunks as well), and a partial
-// group that spans processes all-gathers its members' chunk values and folds all of them in the
-// one-process order (chunk 0 first) before its all-reduce, which then adds exact zeros. Costs
-// an all-gather of eight chunk values per batch sum: for jobs that must reproduce a run exactly.
+// group that spans processes exchanges its members' chunk values (an all-to-all: each member
+// gets its share of the elements of every chunk) and adds them in the one-process order (chunk 0
+// first) before its all-reduce, which then adds exact zeros. Costs an all-to-all of the chunk
+// values per batch sum: for jobs that must reproduce a run exactly.
 bool deterministic_sums();
 
 // The chunk of a batch-invariant sum over an axis of global size `extent` (Stacking::chunk_rows):
