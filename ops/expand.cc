@@ -1,8 +1,12 @@
 #include "ops/expand.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <optional>
+#include <string_view>
 
+#include "dtensor/collectives.h"
 #include "dtensor/step_observer.h"
 #include "kernels/kernels.h"
 #include "runtime/block.h"
@@ -309,6 +313,89 @@ Tensor sum_in_order(const std::vector<const Tensor*>& parts, const Device& devic
   return first.dtype() == DType::kF32 ? f32 : kernels::cast(f32, first.dtype());
 }
 
+// The rows of `input`'s dim 0 on each device of `devices` (global ids), from its layout.
+std::vector<int64_t> rows_by_device(const DTensor& input, const std::vector<int64_t>& devices) {
+  std::vector<int64_t> rows;
+  for (int64_t id : devices) rows.push_back(input.layout().shard_shape(input.shape(), id)[0]);
+  return rows;
+}
+
+// The deterministic mode's cross-process part of a chunked partial sum: a group whose members
+// live in several processes can only fold in the one-process order if every process's rows start
+// on a chunk boundary; throws "[op] ..." naming the split otherwise.
+void check_process_chunks(const DTensor& input, const std::vector<int64_t>& devices, int64_t chunk,
+                          const char* op) {
+  const Mesh& mesh = input.layout().mesh();
+  const std::vector<int64_t> rows = rows_by_device(input, devices);
+  int64_t start = 0;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const bool first_of_process =
+        i > 0 && mesh.owner_process(devices[i]) != mesh.owner_process(devices[i - 1]);
+    if (first_of_process && start % chunk != 0) {
+      throw_error<ShapeError>(
+          op,
+          "the deterministic mode (DTENSOR_DETERMINISTIC=1) sums chunks of {} rows across "
+          "processes, but process {}'s rows of {} start at row {} of the group (devices {}): "
+          "split the batch so that every process holds whole chunks",
+          chunk, mesh.owner_process(devices[i]), input.short_string(), start,
+          fmt::join(devices, ","));
+    }
+    start += rows[i];
+  }
+}
+
+// The deterministic mode's fold across processes. Each local member gives its chunk values,
+// flattened and stacked along a new dim 0, to an all-to-all over the partial dims that hands
+// member j of a group of G piece j (chunk semantics) of the elements of every member's chunks, in
+// group order: chunk 0 first. Member j adds its piece of all the chunks in order, as the
+// one-process run adds whole chunks, and returns its piece in place, zeros elsewhere: the
+// all-reduce that follows adds exact zeros to each element's one sum. Each process receives
+// about 1/G of every chunk, not every chunk whole. `chunks_of[m]` lists local member m's chunk
+// values; `positions[m]` is member m's position in its group of `group_size`.
+std::vector<Tensor> fold_across_processes(const Layout& output_layout, const Shape& output_shape,
+                                          DType output_dtype,
+                                          const std::vector<std::vector<const Tensor*>>& chunks_of,
+                                          const std::vector<int64_t>& positions,
+                                          int64_t group_size) {
+  const Mesh& mesh = output_layout.mesh();
+  const auto& ids = mesh.local_device_ids();
+  std::vector<Tensor> stacks(ids.size());
+  for (size_t m = 0; m < ids.size(); ++m) {
+    const int64_t n = num_elements(output_layout.shard_shape(output_shape, ids[m]));
+    stacks[m] = Tensor::empty({static_cast<int64_t>(chunks_of[m].size()), n}, output_dtype,
+                              Device{mesh.device_type(), ids[m]});
+    auto* at = static_cast<char*>(stacks[m].raw_data());
+    for (const Tensor* value : chunks_of[m]) {  // contiguous host tensors (kernel results)
+      std::memcpy(at, value->raw_data(), value->nbytes());
+      at += value->nbytes();
+    }
+  }
+  const std::vector<Tensor> pieces = all_to_all(mesh, output_layout.partial_mask(), stacks,
+                                                /*split_axis=*/1, /*concat_axis=*/0);
+  std::vector<Tensor> shards(ids.size());
+  for (size_t m = 0; m < ids.size(); ++m) {
+    const Shape shape = output_layout.shard_shape(output_shape, ids[m]);
+    const Device device{mesh.device_type(), ids[m]};
+    const Tensor& piece = pieces[m];
+    if (piece.dim(0) == 0 || piece.dim(1) == 0) {
+      shards[m] = Tensor::shared_zeros(shape, output_dtype, device);
+      continue;
+    }
+    std::vector<Tensor> rows;
+    for (int64_t r = 0; r < piece.dim(0); ++r) rows.push_back(leading_rows(piece, r, r + 1));
+    std::vector<const Tensor*> parts;
+    for (const Tensor& r : rows) parts.push_back(&r);
+    const Tensor sum = sum_in_order(parts, device);
+    shards[m] = Tensor::zeros(shape, output_dtype, device);
+    const ShardRange range = chunk_range(num_elements(shape), group_size, positions[m]);
+    const size_t esize = dtype_size(output_dtype);
+    std::memcpy(
+        static_cast<char*>(shards[m].raw_data()) + range.offset * static_cast<int64_t>(esize),
+        sum.raw_data(), sum.nbytes());
+  }
+  return shards;
+}
+
 // Stacking::chunk_rows: fills `shards` (one per local device) and returns true, or returns false
 // having done nothing (the plain paths then run).
 bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& stacking,
@@ -356,6 +443,18 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
   // Parts: each term's shards when every term but the last holds whole chunks, else the terms
   // put together. Everything is checked before any kernel runs.
   const int64_t chunk = stacking.chunk_rows;
+  const bool across_processes =
+      output_layout.is_partial() && mesh.num_processes() > 1 && deterministic_sums();
+  std::vector<std::vector<int64_t>> global_groups;  // of `groups`, in the same order
+  if (across_processes) {
+    for (std::vector<int64_t>& ids : mesh.groups(output_layout.partial_mask())) {
+      if (std::none_of(ids.begin(), ids.end(), [&](int64_t id) { return mesh.is_local(id); })) {
+        continue;
+      }
+      check_process_chunks(*inputs[0], ids, chunk, stacking.op);
+      global_groups.push_back(std::move(ids));
+    }
+  }
   for (Group& g : groups) {
     bool aligned = true;
     for (size_t t = 0; t < g.terms.size(); ++t) {
@@ -383,15 +482,20 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
   }
   // The chunks of every group, in order.
   std::vector<std::vector<Tensor>> chunk_args;
+  std::vector<size_t> chunk_owner;  // the local member that gives each chunk
   for (Group& g : groups) {
     g.first_chunk = chunk_args.size();
-    for (const std::vector<Tensor>& part : g.parts) {
+    for (size_t p = 0; p < g.parts.size(); ++p) {
+      const std::vector<Tensor>& part = g.parts[p];
       const int64_t rows = part[0].dim(0);
+      // A part per term, or the terms put together: the first term gives all its chunks.
+      const size_t owner = g.terms[g.parts.size() == g.terms.size() ? p : 0];
       for (int64_t begin = 0; begin < rows || (begin == 0 && rows == 0); begin += chunk) {
         const int64_t end = std::min(rows, begin + chunk);
         std::vector<Tensor> args;
         for (const Tensor& t : part) args.push_back(leading_rows(t, begin, end));
         chunk_args.push_back(std::move(args));
+        chunk_owner.push_back(owner);
         if (rows == 0) break;
       }
     }
@@ -409,6 +513,20 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
     ThreadPool::global().parallel_for(n, run_chunk);
   } else {
     for (int64_t c = 0; c < n; ++c) run_chunk(c);
+  }
+  // The deterministic mode: groups that span processes fold every process's chunks in order.
+  if (across_processes) {
+    std::vector<std::vector<const Tensor*>> chunks_of(num_local);
+    for (size_t c = 0; c < values.size(); ++c) chunks_of[chunk_owner[c]].push_back(&values[c]);
+    std::vector<int64_t> positions(num_local, 0);
+    for (const std::vector<int64_t>& ids : global_groups) {
+      for (size_t p = 0; p < ids.size(); ++p) {
+        if (mesh.is_local(ids[p])) positions[mesh.local_index(ids[p])] = static_cast<int64_t>(p);
+      }
+    }
+    shards = fold_across_processes(output_layout, output_shape, output_dtype, chunks_of, positions,
+                                   mesh.group_size(output_layout.partial_mask()));
+    return true;
   }
   for (Group& g : groups) {
     if (g.num_chunks == 0) continue;
@@ -442,9 +560,19 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
 
 }  // namespace
 
+bool deterministic_sums() {
+  static const bool on = [] {
+    const char* v = std::getenv("DTENSOR_DETERMINISTIC");
+    return v != nullptr && std::string_view(v) == "1";
+  }();
+  return on;
+}
+
 int64_t invariant_chunk_rows(int64_t extent, double work, double small_work) {
   constexpr int64_t kChunks = 8;
-  if (extent <= 0 || work < small_work) return std::max<int64_t>(extent, 1);
+  if (extent <= 0 || (work < small_work && !deterministic_sums())) {
+    return std::max<int64_t>(extent, 1);
+  }
   return (extent + kChunks - 1) / kChunks;
 }
 

@@ -53,12 +53,25 @@ struct Stacking {
   // shards start on chunk boundaries (are put together first otherwise), so one device and any
   // in-process split of the axis compute the same bits: towers train exactly like one device.
   int64_t chunk_rows = 0;
+  // The op, for errors (a string literal; op_internal's expand sets it).
+  const char* op = "run_local";
 };
+
+// The deterministic mode (one switch: DTENSOR_DETERMINISTIC=1 in the environment, read once):
+// batch-invariant sums also hold across processes, so that a job on any number of processes and
+// hosts gives the bits of the one-process run with the same switch. Every batch sum is then
+// chunked (matmul's weight gradient too, and small sums in eight chunks as well), and a partial
+// group that spans processes exchanges its members' chunk values (an all-to-all: each member
+// gets its share of the elements of every chunk) and adds them in the one-process order (chunk 0
+// first) before its all-reduce, which then adds exact zeros. Costs an all-to-all of the chunk
+// values per batch sum: for jobs that must reproduce a run exactly.
+bool deterministic_sums();
 
 // The chunk of a batch-invariant sum over an axis of global size `extent` (Stacking::chunk_rows):
 // eight chunks, so that splits over 1, 2, 4 or 8 devices of a multiple of 8 fall on their
 // boundaries; `extent` itself (one chunk: the group is put together) when the whole sum is under
-// `small_work` elements, where chunk calls would cost more than the copy.
+// `small_work` elements, where chunk calls would cost more than the copy, unless
+// deterministic_sums() is on (processes cannot put a group together).
 int64_t invariant_chunk_rows(int64_t extent, double work, double small_work = 65536);
 
 // `inputs` are already in the layouts the rule chose; `work` estimates the flops (or bytes) of

@@ -76,6 +76,11 @@ DTensor matmul_forward(const DTensor& a, const DTensor& b, bool transpose_a, boo
   if (a.rank() == 2 && b.rank() == 2) {
     stacking.rows_of = transpose_a ? -1 : 0;
     stacking.contraction_axes = {transpose_a ? 0 : 1, transpose_b ? 1 : 0};
+    // aᵀb sums over the rows of both (a weight gradient sums over the batch): in the
+    // deterministic mode a batch-invariant sum (ops/expand.h).
+    if (transpose_a && !transpose_b && deterministic_sums()) {
+      stacking.chunk_rows = invariant_chunk_rows(ka, flops);
+    }
   }
   return expand(
       sig, {&a, &b}, out, f32_output ? DType::kF32 : a.dtype(), flops,

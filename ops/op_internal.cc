@@ -35,6 +35,7 @@ DTensor expand(const OpSignature& sig, const std::vector<const DTensor*>& inputs
       ready[i] = &moved.back();
     }
   }
+  stacking.op = sig.op;
   DTensor y = run_local(ready, decision->output, out_shape, out_dtype, work, kernel, stacking);
   note_untraced(sig.op, inputs, y);  // an op with a VJP records y (or runs paused)
   return y;

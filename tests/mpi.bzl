@@ -57,3 +57,24 @@ def catch_test_with_mpi(name, srcs, deps, mpi_name, size = "small", mpi_args = [
         args = mpi_args,
         binary = ":%s_mpi" % name,
     )
+
+def multi_host_test(name, programs):
+    """A test of the multi-host suite: `<name>.sh <netns_cluster.sh> <programs...>`, as root.
+
+    Each "host" is a network namespace on this machine (tools/netns_cluster.sh,
+    docs/multi_host.md), MPI between hosts over TCP. It needs root and `ip netns`, outside
+    Bazel's sandbox (local) and alone on the machine (exclusive: mpirun jobs of 4 processes on 2
+    cores); without root it fails, saying so.
+
+    Args:
+      name: the sh_test; its script is `<name>.sh`, which sources multi_host_lib.sh.
+      programs: labels passed, after the cluster script, as the script's arguments.
+    """
+    native.sh_test(
+        name = name,
+        size = "medium",
+        srcs = [name + ".sh"],
+        args = ["$(location //tools:netns_cluster.sh)"] + ["$(location %s)" % p for p in programs],
+        data = ["multi_host_lib.sh", "//tools:netns_cluster.sh"] + programs,
+        tags = ["exclusive", "local", "multi_host"],
+    )

@@ -3,7 +3,7 @@
 # replicas, a checkpoint every epoch) and fails mid-run after its second epoch's checkpoint: a
 # process SIGKILLed, host 1's link taken down, or every process crashing at once (the example's
 # --crash_after_steps). Each job must end naming the lost rank or host, with no process left
-# (the first two within 15 s of the failure), and leave its newest complete checkpoint on disk; the job then
+# (within 15 s of the failure), and leave its newest complete checkpoint on disk; the job then
 # restarts on one host with 2 processes and a smaller mesh (2 replicas of 32 examples: the same
 # global batch) from that checkpoint, continues to the last epoch, and must end with the test
 # accuracy of a one-process run that was never interrupted (within one example in 1000) and its
@@ -77,17 +77,15 @@ NETNS_CLUSTER_HOOK=$(after_checkpoint "$link_down") expect_failure "$tmp/link_do
 resume link_down
 
 # Every process exits (status 3) after 25 steps, in epoch 3: mpirun names the first rank to go.
-set +e
-DTENSOR_MPI_TIMEOUT=60 $(job) --checkpoint_dir="$tmp/crashed" --crash_after_steps=25 >"$tmp/crashed.log" 2>&1
-code=$?
-set -e
-[[ $code -ne 0 ]] || { echo "FAIL crashed: the job succeeded:"; cat "$tmp/crashed.log"; exit 1; }
-grep -q "simulated crash after 25 steps" "$tmp/crashed.log" || { cat "$tmp/crashed.log"; exit 1; }
-for p in "Process name: \[\[[0-9]+,1\],[0-3]\]" "Exit code: +3"; do
-  grep -a -q -E "$p" "$tmp/crashed.log" || { echo "FAIL crashed: no '$p' in:"; cat "$tmp/crashed.log"; exit 1; }
-done
-if grep -a -q "processes left on the hosts" "$tmp/crashed.log"; then
-  echo "FAIL crashed: processes outlived the job:"; cat "$tmp/crashed.log"; exit 1
-fi
+# The hook notes when the first crash message reaches the log (polled every 50 ms, at most 60 s;
+# also when the clean-up stops the hook first): the job must end within 15 s of it.
+export CRASH_LOG="$tmp/crashed.log"
+# shellcheck disable=SC2016,SC2046  # expanded by the hook's shell; job's words have no spaces
+NETNS_CLUSTER_HOOK='seen() { grep -a -q "simulated crash after" "$CRASH_LOG" 2>/dev/null; }
+  trap "seen && echo \"a crash seen at \$(date +%s.%N)\"; exit" TERM
+  for _ in $(seq 1 1200); do seen && break; sleep 0.05; done
+  seen && echo "a crash seen at $(date +%s.%N)"' expect_failure "$CRASH_LOG" "a crash seen at" \
+  "simulated crash after 25 steps" "Process name: \[\[[0-9]+,1\],[0-3]\]" "Exit code: +3" -- \
+  $(job) --checkpoint_dir="$tmp/crashed" --crash_after_steps=25
 resume crashed
 echo "PASS"

@@ -83,3 +83,17 @@ expect_failure() {
   fi
   echo "$name: every process ended $took s after the failure (exit $code): $(grep -a -m1 -E "${patterns[0]}" "$log")"
 }
+
+# The loss_bits field of each line of a metrics file, one line per epoch.
+loss_bits() { sed -n 's/.*"loss_bits":"\([^"]*\)".*/\1/p' "$1"; }
+
+# Fails the test unless two metrics files hold the same loss_bits every epoch; prints them.
+same_loss_bits() {
+  local a=$1 b=$2
+  if ! diff <(loss_bits "$a") <(loss_bits "$b") >/dev/null || [[ -z $(loss_bits "$a") ]]; then
+    echo "FAIL: loss bits differ (train/test loss per epoch):"
+    paste <(loss_bits "$a") <(loss_bits "$b")
+    exit 1
+  fi
+  echo "same loss bits every epoch: ${b##*/} = ${a##*/}: $(loss_bits "$a" | tr '\n' ' ')"
+}
