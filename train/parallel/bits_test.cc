@@ -75,12 +75,21 @@ std::vector<uint32_t> train(const Mesh& mesh, const ParallelPlan& plan) {
 
 TEST_CASE("data=8 trains with one device's loss bits at every step") {
   const std::vector<uint32_t> want = train(test_mesh({{"d", 1}}), {});
-  for (bool fsdp : {false, true}) {
-    INFO("fsdp " << fsdp);
-    const std::vector<uint32_t> got = train(test_mesh({{"data", 8}}), {"data", "", "", fsdp});
+  const Mesh mesh = test_mesh({{"data", 8}});
+  const std::vector<ParallelPlan> plans = {
+      {"data", "", "", false}, {"data", "", "", true}, {"data", "", "", true, true}};
+  for (const ParallelPlan& plan : plans) {
+    INFO("plan " << plan.to_string());
+    const std::vector<uint32_t> got = train(mesh, plan);
     for (int64_t s = 0; s < kSteps; ++s) {
       INFO("step " << s);
       CHECK(got[s] == want[s]);
     }
   }
+}
+
+TEST_CASE("resharding after forward keeps the 3-D plan's bits") {
+  const Mesh mesh = test_mesh({{"data", 2}, {"seq", 2}, {"model", 2}});
+  const std::vector<uint32_t> want = train(mesh, {"data", "model", "seq", true});
+  CHECK(train(mesh, {"data", "model", "seq", true, true}) == want);
 }
