@@ -4,7 +4,6 @@
 #include <string>
 
 #include "dtensor/relayout.h"
-#include "dtensor/step_observer.h"
 #include "kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
@@ -75,24 +74,24 @@ DTensor scatter_rows(const DTensor& params, const DTensor& indices, const DTenso
     if ((idx.layout().sharded_mask() >> m) & 1u)
       partial.push_back({mesh.dims()[m].name, ReduceOp::kSum});
   }
-  Layout out_layout = p_layout.with_partial(partial);
-  auto scatter = [shape, axis, out_layout, dtype = params.dtype()](const DTensor& idx,
-                                                                   const DTensor& grad) {
-    const Mesh& mesh = out_layout.mesh();
-    std::vector<Tensor> shards;
-    for (int64_t i = 0; i < mesh.num_local_devices(); ++i) {
-      Tensor t = kernels::scatter_add(shape, idx.shard(i), grad.shard(i), axis);
-      shards.push_back(t.with_device(Device{mesh.device_type(), mesh.local_device_ids()[i]}));
-    }
-    return DTensor::from_trusted_shards(shape, dtype, out_layout, std::move(shards));
-  };
-  // Traced: the scatter runs again on the replayed indices and gradient.
-  if (StepObserver* hook = StepObserver::active()) {
-    return hook->call("gather", {&idx, &grad}, [scatter](const StepObserver::Inputs& in) {
-      return scatter(*in[0], *in[1]);
-    });
+  const Layout out_layout = p_layout.with_partial(partial);
+  // Rows gathered along axis 0 by indices sharded on their first dim only (a batch over data):
+  // the scatter is a sum over the index rows, made batch-invariant like reduce_sum's
+  // (Stacking::chunk_rows, ops/expand.h), so that data=8 gives one device's bits. Other
+  // shardings keep one scatter per device.
+  Stacking stacking;
+  bool rows_only = axis == 0 && idx.rank() >= 1;
+  for (int64_t d = 1; d < idx.rank() && rows_only; ++d) rows_only = !idx.layout().is_sharded(d);
+  if (rows_only) {
+    stacking.contraction_axes = {0, 0};
+    stacking.chunk_rows =
+        invariant_chunk_rows(idx.shape()[0], static_cast<double>(num_elements(grad.shape())));
   }
-  return scatter(idx, grad);
+  return run_local(
+      {&idx, &grad}, out_layout, shape, params.dtype(),
+      static_cast<double>(num_elements(grad.shape())),
+      [shape, axis](const Shards& s) { return kernels::scatter_add(shape, s[0], s[1], axis); },
+      stacking);
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ using namespace dtensor;
 struct Flags {
   std::string text_dir = "/usr/share/games/fortunes";
   std::string mesh = "data=2,seq=2,model=2";
-  bool fsdp = true;
+  bool fsdp = true, reshard_after_forward = false;
   int64_t steps = 600, batch = 16, context = 64, layers = 2, dim = 128, heads = 4;
   int64_t eval_every = 100, eval_batches = 8;
   double lr = 2e-3, dropout = 0.1, loss_bound = 2.3;
@@ -100,12 +100,13 @@ std::pair<Tensor, Tensor> batch_at(const std::vector<int32_t>& text, size_t begi
   return {x, y};
 }
 
-parallel::ParallelPlan plan_for(const Mesh& mesh, bool fsdp) {
+parallel::ParallelPlan plan_for(const Mesh& mesh, bool fsdp, bool reshard_after_forward) {
   parallel::ParallelPlan plan;
   if (mesh.has_dim("data")) plan.data = "data";
   if (mesh.has_dim("model")) plan.model = "model";
   if (mesh.has_dim("seq")) plan.seq = "seq";
   plan.fsdp = fsdp && !plan.data.empty();
+  plan.reshard_after_forward = plan.fsdp && reshard_after_forward;
   return plan;
 }
 
@@ -130,6 +131,8 @@ int run(int argc, char** argv, const Runtime& rt) {
   cli.add_string("--mesh", &f.mesh, "mesh dims among data, seq, model (any factorisation)",
                  check_mesh);
   cli.add_bool("--fsdp", &f.fsdp, "store weights and Adam slots sharded over data");
+  cli.add_bool("--reshard_after_forward", &f.reshard_after_forward,
+               "with --fsdp: drop gathered weights after forward, gather them again for backward");
   cli.add_int("--steps", &f.steps, "training steps (in all, counting resumed ones)", 1);
   cli.add_int("--batch", &f.batch, "global batch (sequences)", 1);
   cli.add_int("--context", &f.context, "tokens per sequence", 2);
@@ -165,7 +168,7 @@ int run(int argc, char** argv, const Runtime& rt) {
   config.dropout = f.dropout;
   config.seed = f.seed;
   parallel::TransformerLM model(config, mesh);
-  model.parallelize(plan_for(mesh, f.fsdp));
+  model.parallelize(plan_for(mesh, f.fsdp, f.reshard_after_forward));
   if (reporter) {
     fmt::print("text: {} ({} characters, {} held out); model {}; mesh {}; plan {}\n", f.text_dir,
                text.size(), text.size() - split, config.to_string(), mesh.dims_string(),

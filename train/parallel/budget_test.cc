@@ -110,6 +110,19 @@ TEST_CASE("fully sharded: one all-gather and one reduce-scatter per weight") {
   });
 }
 
+TEST_CASE("resharding after forward: the matrices are gathered again for backward") {
+  check_budget(test_mesh({{"data", 8}}), {"data", "", "", true, true}, [](int64_t L) {
+    const int64_t elements = matrix_elements(L) + norm_elements(L);
+    // Every matrix but the embedding table (read by gather, not by a product): six per layer and
+    // the head, each device sending its 1/8 once more.
+    const int64_t regathered = matrix_elements(L) - kVocab * kDim;
+    return std::vector<Expected>{
+        {CollectiveKind::kAllGather, "data", weights(L) + 6 * L + 1,
+         (elements + regathered) * kF32},
+        {CollectiveKind::kReduceScatter, "data", weights(L), kDevices * elements * kF32}};
+  });
+}
+
 TEST_CASE("tensor parallel: Megatron's all-reduces, plus the loss-parallel ones") {
   check_budget(test_mesh({{"data", 2}, {"model", 4}}), {"data", "model", "", false}, [](int64_t L) {
     // Gradients over data: matrices sharded 4 ways, gains whole.

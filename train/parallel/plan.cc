@@ -23,6 +23,7 @@ std::string ParallelPlan::to_string() const {
   part("model", model);
   part("seq", seq);
   if (fsdp) s += s.empty() ? "fsdp" : " fsdp";
+  if (reshard_after_forward) s += s.empty() ? "reshard_after_forward" : " reshard_after_forward";
   return s.empty() ? "replicated" : s;
 }
 
@@ -39,6 +40,10 @@ void ParallelPlan::validate(const Mesh& mesh, const char* function) const {
   }
   if (fsdp && data.empty()) {
     throw_error<InvalidArgumentError>(function, "plan {} shards parameters with no data dim",
+                                      to_string());
+  }
+  if (reshard_after_forward && !fsdp) {
+    throw_error<InvalidArgumentError>(function, "plan {} reshards weights that are not sharded",
                                       to_string());
   }
 }

@@ -13,7 +13,11 @@
 //            matmuls too (attention gathers its keys and values);
 //   - fsdp:  parameters (and so the optimizer slots, which take their layout) are stored sharded
 //            over the data dim as well, gathered per layer just before use; the gradient comes
-//            back reduce-scattered (the relayout's VJP).
+//            back reduce-scattered (the relayout's VJP);
+//   - reshard_after_forward (with fsdp): a layer's gathered weights are dropped once its forward
+//            is done and gathered again for its backward (FSDP's reshard_after_forward), so that
+//            about one layer's gathered weights are alive at a time instead of every layer's
+//            until backward: one more all-gather per weight and step, same bits.
 // An empty name leaves that kind off. Every name must be a dim of the mesh the model lives on.
 //
 // Plain values; thread-safe.
@@ -28,11 +32,14 @@ namespace dtensor::parallel {
 struct ParallelPlan {
   std::string data, model, seq;
   bool fsdp = false;
+  bool reshard_after_forward = false;
 
-  // "data=data model=model seq=seq fsdp", the set fields only ("replicated" when none).
+  // "data=data model=model seq=seq fsdp reshard_after_forward", the set fields only
+  // ("replicated" when none).
   std::string to_string() const;
   // InvalidArgumentError naming `function` when a set name is not a dim of `mesh`, when model
-  // and data (or seq and data) name one dim, or fsdp is set without data.
+  // and data (or seq and data) name one dim, fsdp is set without data, or reshard_after_forward
+  // without fsdp.
   void validate(const Mesh& mesh, const char* function) const;
 };
 

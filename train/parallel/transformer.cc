@@ -5,6 +5,7 @@
 #include "dtensor/creation.h"
 #include "dtensor/relayout.h"
 #include "fmt/format.h"
+#include "ops/autograd.h"
 #include "ops/ops.h"
 #include "runtime/error.h"
 
@@ -124,17 +125,57 @@ std::vector<DVariable> TransformerLM::variables() const {
   return out;
 }
 
+// w in its compute layout, its gathered copy (fsdp) noted by the meter.
+DTensor TransformerLM::use(const Weight& w) {
+  DTensor v = w.use();
+  if (!(v.layout() == w.variable().layout())) meter_.gathered(v);
+  return v;
+}
+
+// x @ w. With reshard_after_forward the gathered weight is not kept for backward: the product
+// runs unrecorded and records a VJP of its own that gathers the weight again, then takes
+// matmul's VJP (and the gather's: the weight's gradient reduce-scattered to its stored layout),
+// op for op, so the bits are those of the plain path.
+DTensor TransformerLM::times(const DTensor& x, const Weight& w) {
+  const DTensor stored = w.variable().value();
+  if (!plan_.reshard_after_forward || stored.layout() == w.used_layout()) {
+    return matmul(x, use(w));
+  }
+  DTensor y = [&] {
+    NoRecord pause;
+    return matmul(x, use(w));
+  }();
+  if (!tape_active()) return y;
+  record_op({&x, &stored}, y, [this, x, stored, compute = w.used_layout()](const DTensor& g) {
+    const DTensor full = relayout(stored, compute);
+    meter_.gathered(full);
+    std::vector<std::optional<DTensor>> grads(2);
+    if (gradient_needed(0)) grads[0] = matmul(g, full, false, true);
+    DTensor gw = matmul(x, g, true, false);
+    if (gw.rank() > 2) {
+      std::vector<int64_t> batch_axes(static_cast<size_t>(gw.rank() - 2));
+      for (size_t a = 0; a < batch_axes.size(); ++a) {
+        batch_axes[a] = static_cast<int64_t>(a);
+      }
+      gw = reshape(reduce_sum(gw, batch_axes, true), full.shape());
+    }
+    grads[1] = relayout(gw, stored.layout());
+    return grads;
+  });
+  return y;
+}
+
 // x (any layout) brought to the colwise input layout, times w [in, out] split on out.
-DTensor TransformerLM::colwise(const Weight& w, const DTensor& x) const {
+DTensor TransformerLM::colwise(const Weight& w, const DTensor& x) {
   DTensor in = traced_relayout(x, colwise_input_layout(plan_, mesh_));
-  return traced_relayout(matmul(in, w.use()), colwise_output_layout(plan_, mesh_));
+  return traced_relayout(times(in, w), colwise_output_layout(plan_, mesh_));
 }
 
 // x (colwise output layout) times w [in, out] split on in: a partial sum over model, reduced
 // (or reduce-scattered along the sequence) into the residual layout.
-DTensor TransformerLM::rowwise(const Weight& w, const DTensor& x) const {
+DTensor TransformerLM::rowwise(const Weight& w, const DTensor& x) {
   DTensor in = traced_relayout(x, colwise_output_layout(plan_, mesh_));
-  return traced_relayout(matmul(in, w.use()), residual_layout(plan_, mesh_));
+  return traced_relayout(times(in, w), residual_layout(plan_, mesh_));
 }
 
 DTensor TransformerLM::residual_dropout(const DTensor& x, bool training) {
@@ -171,12 +212,12 @@ DTensor TransformerLM::call(const DTensor& tokens, bool training) {
   std::vector<std::string> token_specs = colwise_input_layout(plan_, mesh_).sharding_specs();
   token_specs.pop_back();
   DTensor ids = traced_relayout(tokens, Layout(token_specs, mesh_));
-  DTensor x = traced_relayout(embedding(embedding_.use(), ids), residual);
+  DTensor x = traced_relayout(embedding(use(embedding_), ids), residual);
   for (const Block& b : blocks_) {
-    x = add(x, residual_dropout(attention(b, rms_norm(x, b.norm1.use(), config_.eps)), training));
-    x = add(x, residual_dropout(mlp(b, rms_norm(x, b.norm2.use(), config_.eps)), training));
+    x = add(x, residual_dropout(attention(b, rms_norm(x, use(b.norm1), config_.eps)), training));
+    x = add(x, residual_dropout(mlp(b, rms_norm(x, use(b.norm2), config_.eps)), training));
   }
-  return colwise(head_, rms_norm(x, norm_.use(), config_.eps));
+  return colwise(head_, rms_norm(x, use(norm_), config_.eps));
 }
 
 keras::Loss lm_loss() {

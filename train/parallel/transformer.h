@@ -26,6 +26,7 @@
 #include "ops/seed_generator.h"
 #include "train/keras/metrics.h"
 #include "train/keras/model.h"
+#include "train/parallel/gather_meter.h"
 #include "train/parallel/plan.h"
 
 namespace dtensor::parallel {
@@ -55,6 +56,7 @@ class Weight {
   // reduce-scatters the gradient.
   DTensor use() const;
   const DVariable& variable() const { return var_; }
+  const Layout& used_layout() const { return compute_; }
 
  private:
   DVariable var_;
@@ -79,6 +81,8 @@ class TransformerLM : public keras::Model {
   DTensor call(const DTensor& tokens, bool training) override;
   // The dropout seed stream (checkpoint its state() to resume with the same masks).
   const SeedGenerator& seeds() const { return seeds_; }
+  // The weights' gathered copies (fsdp) seen by eager calls: live bytes and their peak.
+  GatherMeter& gather_meter() { return meter_; }
 
  private:
   struct Block {
@@ -86,8 +90,10 @@ class TransformerLM : public keras::Model {
   };
   DTensor attention(const Block& b, const DTensor& x);
   DTensor mlp(const Block& b, const DTensor& x);
-  DTensor colwise(const Weight& w, const DTensor& x) const;
-  DTensor rowwise(const Weight& w, const DTensor& x) const;
+  DTensor use(const Weight& w);
+  DTensor times(const DTensor& x, const Weight& w);
+  DTensor colwise(const Weight& w, const DTensor& x);
+  DTensor rowwise(const Weight& w, const DTensor& x);
   DTensor residual_dropout(const DTensor& x, bool training);
 
   TransformerConfig config_;
@@ -97,6 +103,7 @@ class TransformerLM : public keras::Model {
   std::vector<Block> blocks_;
   Weight norm_, head_;
   SeedGenerator seeds_;
+  GatherMeter meter_;
 };
 
 // The per-example loss of a language model for keras::Trainer: the mean over the sequence of

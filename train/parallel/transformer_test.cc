@@ -86,6 +86,7 @@ TEST_CASE("every plan gives one device's logits, loss and gradients") {
       {two, {"data", "model", "model", false}},
       {two, {"data", "model", "model", true}},
       {three, {"data", "model", "seq", true}},
+      {three, {"data", "model", "seq", true, true}},
       {three, {"data", "model", "model", false}},
   };
   for (const auto& [mesh, plan] : cases) {
@@ -113,6 +114,9 @@ TEST_CASE("bad plans and configs get exact errors") {
   CHECK_THROWS_MATCHES(model.parallelize({"", "model", "", true}), InvalidArgumentError,
                        Message("[TransformerLM::parallelize] plan model=model fsdp shards "
                                "parameters with no data dim"));
+  CHECK_THROWS_MATCHES(model.parallelize({"data", "model", "", false, true}), InvalidArgumentError,
+                       Message("[TransformerLM::parallelize] plan data=data model=model "
+                               "reshard_after_forward reshards weights that are not sharded"));
   TransformerConfig odd = tiny();
   odd.heads = 3;
   CHECK_THROWS_MATCHES(TransformerLM(odd, mesh), InvalidArgumentError,

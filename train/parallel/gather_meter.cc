@@ -1,0 +1,39 @@
+#include "train/parallel/gather_meter.h"
+
+#include <algorithm>
+
+namespace dtensor::parallel {
+
+void GatherMeter::gathered(const DTensor& copy) {
+  if (copy.mesh().num_local_devices() == 0) return;
+  held_.push_back(copy.shard(0));
+  peak_ = std::max(peak_, live_bytes());
+}
+
+int64_t GatherMeter::live_bytes() {
+  // holders() == 1: only this meter's handle is left.
+  held_.erase(
+      std::remove_if(held_.begin(), held_.end(), [](const Tensor& t) { return t.holders() == 1; }),
+      held_.end());
+  int64_t bytes = 0;
+  for (const Tensor& t : held_) bytes += static_cast<int64_t>(t.nbytes());
+  return bytes;
+}
+
+void GatherMeter::reset() {
+  held_.clear();
+  peak_ = 0;
+}
+
+int64_t resident_bytes(const std::vector<DVariable>& vars) {
+  int64_t bytes = 0;
+  for (const DVariable& v : vars) {
+    const DTensor value = v.value();
+    if (value.mesh().num_local_devices() > 0) {
+      bytes += static_cast<int64_t>(value.shard(0).nbytes());
+    }
+  }
+  return bytes;
+}
+
+}  // namespace dtensor::parallel
