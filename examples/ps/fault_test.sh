@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Kills tasks of an asynchronous parameter-server job with SIGKILL and checks that it survives
 # or ends as docs/parameter_server.md promises:
-#   fault_test.sh <ps_cluster.sh> <train> workers   a worker killed at 3 random steps (restarted
-#                                                   once): the job finishes and reaches >= 0.95
-#                                                   of the synchronous run's test accuracy
+#   fault_test.sh <ps_cluster.sh> <train> workers   a worker killed at 3 different random steps
+#                                                   (restarted once, and told the job finished):
+#                                                   the job finishes and reaches >= 0.95 of the
+#                                                   synchronous run's test accuracy
 #   fault_test.sh <ps_cluster.sh> <train> ps        ps:0 killed: every task ends within 15 s
 #                                                   naming it; the job resumes and finishes
 #   fault_test.sh <ps_cluster.sh> <train> chief     the same for chief:0
@@ -68,10 +69,19 @@ case $mode in
     grep -q '"examples_per_s"' "$work/metrics.jsonl" || fail "no examples_per_s in the metrics"
     ;;
   workers)
+    # Three different kill steps. Round 2 restarts worker:1: it is killed by step 150 and the chief
+    # waits (at most 30 s) for it to rejoin before ending, so "rejoined" does not race the end.
+    kill_steps=()
+    while [[ ${#kill_steps[@]} -lt 3 ]]; do
+      if [[ ${#kill_steps[@]} -eq 1 ]]; then k=$((20 + RANDOM % 130)); else k=$((20 + RANDOM % 240)); fi
+      [[ " ${kill_steps[*]} " == *" $k "* ]] || kill_steps+=("$k")
+    done
     for round in 1 2 3; do
       run=$work/run$round
-      kill_at=$((20 + RANDOM % 240))
-      "$cluster" "$run" 2 1 -- "$train" "${common[@]}" &
+      kill_at=${kill_steps[$((round - 1))]}
+      extra=()
+      [[ $round -eq 2 ]] && extra=(--rejoin_wait_s=30)
+      "$cluster" "$run" 2 1 -- "$train" "${common[@]}" "${extra[@]}" &
       launcher=$!
       wait_for_step "$kill_at"
       sleep "0.0$((RANDOM % 10))"
@@ -79,7 +89,7 @@ case $mode in
       echo "round $round: killed worker:1 after step $kill_at"
       if [[ $round -eq 2 ]]; then
         sleep 0.5
-        "$cluster" --restart "$run" worker:1 -- "$train" "${common[@]}"
+        "$cluster" --restart "$run" worker:1 -- "$train" "${common[@]}" "${extra[@]}"
       fi
       status=0
       wait "$launcher" || status=$?
@@ -89,6 +99,8 @@ case $mode in
       if [[ $round -eq 2 ]]; then
         [[ $(grep -c 'worker:1 at .* joined' "$run/chief:0.log") -eq 2 ]] ||
           fail "round 2: the restarted worker:1 did not rejoin"
+        grep -q '^worker:1: shut down by chief:0: finished' "$run/worker:1.log" ||
+          fail "round 2: the restarted worker:1 was not told that the job finished"
       fi
       check_accuracy "$run/chief:0.log" "round $round"
     done

@@ -20,6 +20,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/flags.h"
@@ -51,6 +52,7 @@ struct Flags {
   double lr = 1e-3;
   uint64_t seed = 22;
   int64_t train_examples = 4000;
+  int64_t rejoin_wait_s = 0;
   std::string checkpoint_dir;
   std::string metrics_out;
   bool sync = false;
@@ -70,6 +72,8 @@ void define_flags(cli::Flags& cli, Flags& f) {
                cli::PathKind::kOutputDir);
   cli.add_path("--metrics_out", &f.metrics_out, "epoch logs, .csv or JSON lines",
                cli::PathKind::kOutputFile);
+  cli.add_int("--rejoin_wait_s", &f.rejoin_wait_s,
+              "at the end, wait up to this long for lost workers to rejoin (0: do not wait)", 0);
   cli.add_bool("--sync", &f.sync, "train synchronously in this process, without a cluster");
 }
 
@@ -211,6 +215,11 @@ int run_chief(const ps::ClusterSpec& spec, const Flags& f) {
     }
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  // A worker restarted late gets a bounded time to rejoin, so that it is told the job finished.
+  const Clock::time_point rejoin_end = Clock::now() + std::chrono::seconds(f.rejoin_wait_s);
+  while (coordinator.live_workers() < spec.num_workers() && Clock::now() < rejoin_end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   const std::map<std::string, Tensor> values = strategy.read_variables();
   for (DVariable v : model->variables()) v.assign(distribute(values.at(v.name()), v.layout()));
   double accuracy = 0;

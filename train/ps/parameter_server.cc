@@ -34,15 +34,24 @@ std::map<std::string, DVariable> slots_of(
 
 }  // namespace
 
-std::unique_ptr<Optimizer> make_optimizer(const rpc::OptimizerConfig& config) {
+std::unique_ptr<Optimizer> make_optimizer(const rpc::OptimizerConfig& config,
+                                          const double* lr_scale) {
   if (!(config.learning_rate() > 0)) {
     throw_error<InvalidArgumentError>("make_optimizer", "learning rate {} must be > 0",
                                       config.learning_rate());
   }
-  if (config.type() == "sgd") return std::make_unique<SGD>(config.learning_rate());
-  if (config.type() == "adam") return std::make_unique<Adam>(config.learning_rate());
+  const double lr = config.learning_rate();
+  Schedule schedule = lr_scale == nullptr
+                          ? constant_lr(lr)
+                          : Schedule([lr, lr_scale](int64_t) { return lr * *lr_scale; });
+  if (config.type() == "sgd") return std::make_unique<SGD>(std::move(schedule));
+  if (config.type() == "adam") return std::make_unique<Adam>(std::move(schedule));
   throw_error<InvalidArgumentError>("make_optimizer", "optimizer '{}' is not one of sgd, adam",
                                     config.type());
+}
+
+double staleness_lr_scale(int64_t staleness) {
+  return staleness <= 1 ? 1.0 : 1.0 / static_cast<double>(staleness);
 }
 
 ParameterServerService::ParameterServerService()
@@ -54,7 +63,7 @@ grpc::Status ParameterServerService::Assign(grpc::ServerContext*, const rpc::Ass
                                             rpc::AssignReply*) {
   return guarded([&] {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!optimizer_) optimizer_ = make_optimizer(request->optimizer());
+    if (!optimizer_) optimizer_ = make_optimizer(request->optimizer(), &lr_scale_);
     std::vector<DVariable> assigned;
     for (const rpc::ShardValue& s : request->shards()) {
       const Tensor value = from_proto(s.value());
@@ -131,8 +140,11 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext*, const rpc::PushR
       vars.push_back(it->second);
       grads.push_back(distribute(grad, it->second.layout()));
     }
-    staleness_.push_back(optimizer_->step() - request->pulled_version());
+    const int64_t staleness = optimizer_->step() - request->pulled_version();
+    staleness_.push_back(staleness);
+    lr_scale_ = staleness_lr_scale(staleness);
     optimizer_->apply(vars, grads);
+    lr_scale_ = 1.0;
     reply->set_version(optimizer_->step());
   });
 }

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "runtime/error.h"
 
 namespace dtensor::ps {
@@ -86,6 +88,10 @@ TaskServer::TaskServer(std::string task, const std::string& address,
                        std::vector<grpc::Service*> services)
     : control_(std::make_unique<ControlService>(task, *this)) {
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default: a second job's task could then bind this port too, and the
+  // kernel would hand it some of this job's connections (pulls and pushes crossing jobs). Off,
+  // a taken port fails here instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
   builder.SetMaxReceiveMessageSize(-1);
   builder.SetMaxSendMessageSize(-1);
@@ -175,15 +181,34 @@ void Watchdog::loop(ClusterSpec spec, std::vector<TaskId> tasks, Options options
 }
 
 void shutdown_tasks(const ClusterSpec& spec, const std::string& reason, double timeout_s) {
-  std::vector<TaskId> tasks;
-  for (int64_t i = 0; i < spec.num_workers(); ++i) tasks.push_back({TaskType::kWorker, i});
-  for (int64_t i = 0; i < spec.num_ps(); ++i) tasks.push_back({TaskType::kPs, i});
-  for (const TaskId& t : tasks) {
-    auto stub = rpc::Control::NewStub(make_channel(spec.address(t)));
-    rpc::ShutdownRequest request;
-    request.set_reason(reason);
-    rpc::ShutdownReply reply;
-    stub->Shutdown(with_deadline(timeout_s).get(), request, &reply);
+  using Clock = std::chrono::steady_clock;
+  std::vector<TaskId> left;
+  for (int64_t i = 0; i < spec.num_workers(); ++i) left.push_back({TaskType::kWorker, i});
+  for (int64_t i = 0; i < spec.num_ps(); ++i) left.push_back({TaskType::kPs, i});
+  std::vector<std::unique_ptr<rpc::Control::Stub>> stubs;
+  for (const TaskId& t : left)
+    stubs.push_back(rpc::Control::NewStub(make_channel(spec.address(t))));
+  // Tasks that do not answer (lost, or restarting and not serving yet) are asked again until
+  // `timeout_s` has passed, so a worker restarted just before the end still hears the reason.
+  const Clock::time_point end =
+      Clock::now() + std::chrono::microseconds(static_cast<int64_t>(timeout_s * 1e6));
+  std::vector<bool> told(left.size(), false);
+  for (;;) {
+    bool all_told = true;
+    for (size_t i = 0; i < left.size(); ++i) {
+      if (told[i]) continue;
+      const double budget = std::chrono::duration<double>(end - Clock::now()).count();
+      rpc::ShutdownRequest request;
+      request.set_reason(reason);
+      rpc::ShutdownReply reply;
+      told[i] = stubs[i]
+                    ->Shutdown(with_deadline(std::max(0.05, std::min(budget, 1.0))).get(), request,
+                               &reply)
+                    .ok();
+      all_told = all_told && told[i];
+    }
+    if (all_told || Clock::now() >= end) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
 

@@ -73,7 +73,9 @@ class Watchdog {
   struct Options {
     std::chrono::milliseconds interval{500};
     std::chrono::milliseconds lost_after{3000};
-    std::chrono::milliseconds first_contact{60000};
+    // A task that never answered (the chief gone before a restarted worker came up) is lost after
+    // this long: the task ends itself instead of waiting for the launcher to kill it.
+    std::chrono::milliseconds first_contact{10000};
   };
   using OnLost = std::function<void(const TaskId& task, const std::string& message)>;
   Watchdog(const ClusterSpec& spec, std::vector<TaskId> tasks, Options options, OnLost on_lost);
@@ -89,9 +91,10 @@ class Watchdog {
   std::thread thread_;
 };
 
-// Asks every task but the chief to shut down (each call bounded by `timeout_s`); tasks already
-// gone are skipped.
-void shutdown_tasks(const ClusterSpec& spec, const std::string& reason, double timeout_s = 2.0);
+// Asks every task but the chief to shut down, best effort: a task that does not answer (lost, or
+// restarted and not serving yet) is asked again every 0.1 s until `timeout_s` has passed in all;
+// tasks gone for good are then given up.
+void shutdown_tasks(const ClusterSpec& spec, const std::string& reason, double timeout_s = 3.0);
 
 }  // namespace dtensor::ps
 
