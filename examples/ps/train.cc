@@ -50,6 +50,7 @@ struct Flags {
   int64_t steps_per_epoch = 50;
   int64_t shards = 0;
   double lr = 1e-3;
+  double lr_decay_alpha = 0.1;
   uint64_t seed = 22;
   int64_t train_examples = 4000;
   int64_t rejoin_wait_s = 0;
@@ -65,6 +66,10 @@ void define_flags(cli::Flags& cli, Flags& f) {
               "steps between checkpoints and progress lines", 1);
   cli.add_int("--shards", &f.shards, "shards per variable (0: one per parameter server)", 0);
   cli.add_double("--lr", &f.lr, "Adam learning rate", /*positive=*/true);
+  cli.add_double("--lr_decay_alpha", &f.lr_decay_alpha,
+                 "the learning rate decays along a cosine over --steps to this fraction of --lr "
+                 "(1: constant), in the synchronous run and on the servers alike",
+                 /*positive=*/true);
   cli.add_uint("--seed", &f.seed, "seed of the weights, shuffling and synthetic data");
   cli.add_int("--train_examples", &f.train_examples, "synthetic training digits", 10);
   cli.add_path("--checkpoint_dir", &f.checkpoint_dir,
@@ -122,7 +127,7 @@ double test_accuracy(keras::Model& model, const Flags& f) {
 
 int train_sync(const Flags& f) {
   keras::Sequential model = make_model(f.seed);
-  Adam optimizer(f.lr);
+  Adam optimizer(cosine_decay(f.lr, f.steps, f.lr_decay_alpha));
   data::Dataset data = train_dataset(f, f.seed);
   for (int64_t s = 0; s < f.steps; ++s) {
     Gradients g = gradients(model, *data.next());
@@ -162,6 +167,8 @@ int run_chief(const ps::ClusterSpec& spec, const Flags& f) {
   ps::StrategyOptions options;
   options.partitioner = ps::fixed_shards_partitioner(f.shards > 0 ? f.shards : spec.num_ps());
   options.learning_rate = f.lr;
+  options.lr_decay_steps = f.steps;
+  options.lr_decay_alpha = f.lr_decay_alpha;
   ps::ParameterServerStrategy strategy(spec, options);
   std::optional<keras::Sequential> model;
   {

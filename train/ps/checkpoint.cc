@@ -36,6 +36,8 @@ std::unique_ptr<Tracked> track(const ParameterServerStrategy& strategy,
   rpc::OptimizerConfig config;
   config.set_type(strategy.options().optimizer);
   config.set_learning_rate(strategy.options().learning_rate);
+  config.set_cosine_decay_steps(strategy.options().lr_decay_steps);
+  config.set_cosine_decay_alpha(strategy.options().lr_decay_alpha);
   t->optimizer = make_optimizer(config);
   t->checkpoint.add_optimizer("optimizer", *t->optimizer, t->vars);
   return t;

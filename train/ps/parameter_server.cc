@@ -40,10 +40,20 @@ std::unique_ptr<Optimizer> make_optimizer(const rpc::OptimizerConfig& config,
     throw_error<InvalidArgumentError>("make_optimizer", "learning rate {} must be > 0",
                                       config.learning_rate());
   }
-  const double lr = config.learning_rate();
-  Schedule schedule = lr_scale == nullptr
-                          ? constant_lr(lr)
-                          : Schedule([lr, lr_scale](int64_t) { return lr * *lr_scale; });
+  if (config.cosine_decay_steps() < 0 || config.cosine_decay_alpha() < 0 ||
+      config.cosine_decay_alpha() > 1) {
+    throw_error<InvalidArgumentError>(
+        "make_optimizer", "cosine decay over {} steps to alpha {}: want steps >= 0, 0 <= alpha <= 1",
+        config.cosine_decay_steps(), config.cosine_decay_alpha());
+  }
+  const Schedule base = config.cosine_decay_steps() > 0
+                            ? cosine_decay(config.learning_rate(), config.cosine_decay_steps(),
+                                           config.cosine_decay_alpha())
+                            : constant_lr(config.learning_rate());
+  Schedule schedule = lr_scale == nullptr ? base
+                                          : Schedule([base, lr_scale](int64_t step) {
+                                              return base(step) * *lr_scale;
+                                            });
   if (config.type() == "sgd") return std::make_unique<SGD>(std::move(schedule));
   if (config.type() == "adam") return std::make_unique<Adam>(std::move(schedule));
   throw_error<InvalidArgumentError>("make_optimizer", "optimizer '{}' is not one of sgd, adam",

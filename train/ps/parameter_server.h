@@ -54,8 +54,9 @@ class ParameterServerService final : public rpc::ParameterServer::Service {
 };
 
 // The optimizer `config` names ("sgd" or "adam" with its learning rate); InvalidArgumentError
-// "[make_optimizer] ..." for another type or a learning rate <= 0. With `lr_scale`, its learning
-// rate is config's times *lr_scale at each apply (the pointee must outlive the optimizer).
+// "[make_optimizer] ..." for another type, a learning rate <= 0 or a bad cosine decay. Its rate at
+// optimizer step s is config's (cosine-decayed at s when cosine_decay_steps > 0), times *lr_scale
+// at each apply when `lr_scale` is given (the pointee must outlive the optimizer).
 std::unique_ptr<Optimizer> make_optimizer(const rpc::OptimizerConfig& config,
                                           const double* lr_scale = nullptr);
 // The factor of the learning rate for a push of `staleness`: 1 up to 1, 1 / staleness above.

@@ -1,11 +1,14 @@
 // Regressions of the CI flakes of examples/ps: a port served twice, stale pushes applied at full
-// rate, and a worker restarted just before the chief ends that was never told to stop.
+// rate, a worker restarted just before the chief ends that was never told to stop; and the
+// servers' learning-rate decay that keeps the asynchronous run's accuracy steady.
 #include "train/ps/rpc.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
 #include <thread>
+#include <utility>
 
 #include "runtime/error.h"
 #include "train/ps/local_cluster.h"
@@ -42,38 +45,80 @@ TEST_CASE("a port that a task serves cannot be served by another task (no SO_REU
                        Message("[TaskServer] cannot listen on " + address + " (ps:0)"));
 }
 
-TEST_CASE("a push of staleness s >= 2 is applied with learning rate lr / s") {
-  CHECK(staleness_lr_scale(0) == 1.0);
-  CHECK(staleness_lr_scale(1) == 1.0);
-  CHECK(staleness_lr_scale(4) == 0.25);
-  ParameterServerService server;
+namespace {
+
+// A server holding one f32 zero "w/part_0" under SGD with learning rate 1, `decay_steps` of
+// cosine decay to `alpha` (0: constant).
+void assign_sgd(ParameterServerService& server, int64_t decay_steps = 0, double alpha = 0) {
   rpc::AssignRequest assign;
   assign.mutable_optimizer()->set_type("sgd");
   assign.mutable_optimizer()->set_learning_rate(1.0);
+  assign.mutable_optimizer()->set_cosine_decay_steps(decay_steps);
+  assign.mutable_optimizer()->set_cosine_decay_alpha(alpha);
   rpc::ShardValue* shard = assign.add_shards();
   shard->set_name("w/part_0");
   to_proto(Tensor::zeros({1}, DType::kF32), shard->mutable_value());
   rpc::AssignReply assigned;
   REQUIRE(server.Assign(nullptr, &assign, &assigned).ok());
+}
+
+// Pushes gradient 1 computed at `pulled_version`, then pulls: the new value and version.
+std::pair<float, int64_t> push_one(ParameterServerService& server, int64_t pulled_version) {
+  rpc::PushRequest push;
+  push.set_pulled_version(pulled_version);
+  rpc::ShardValue* g = push.add_gradients();
+  g->set_name("w/part_0");
+  Tensor one = Tensor::zeros({1}, DType::kF32);
+  one.data<float>()[0] = 1.0f;
+  to_proto(one, g->mutable_value());
+  rpc::PushReply pushed;
+  REQUIRE(server.Push(nullptr, &push, &pushed).ok());
+  rpc::PullRequest pull;
+  rpc::PullReply pulled;
+  REQUIRE(server.Pull(nullptr, &pull, &pulled).ok());
+  return {from_proto(pulled.shards(0).value()).data<float>()[0], pulled.version()};
+}
+
+}  // namespace
+
+TEST_CASE("a push of staleness s >= 2 is applied with learning rate lr / s") {
+  CHECK(staleness_lr_scale(0) == 1.0);
+  CHECK(staleness_lr_scale(1) == 1.0);
+  CHECK(staleness_lr_scale(4) == 0.25);
+  ParameterServerService server;
+  assign_sgd(server);
   // Every push carries gradient 1 computed at version 0; the server is at version 0, 1, 2, 3.
   float expected = 0;
   for (int64_t version = 0; version < 4; ++version) {
-    rpc::PushRequest push;
-    push.set_pulled_version(0);
-    rpc::ShardValue* g = push.add_gradients();
-    g->set_name("w/part_0");
-    Tensor one = Tensor::zeros({1}, DType::kF32);
-    one.data<float>()[0] = 1.0f;
-    to_proto(one, g->mutable_value());
-    rpc::PushReply pushed;
-    REQUIRE(server.Push(nullptr, &push, &pushed).ok());
+    const auto [value, now] = push_one(server, 0);
     expected -= static_cast<float>(version <= 1 ? 1.0 : 1.0 / static_cast<double>(version));
-    rpc::PullRequest pull;
-    rpc::PullReply pulled;
-    REQUIRE(server.Pull(nullptr, &pull, &pulled).ok());
-    CHECK(pulled.version() == version + 1);
-    CHECK(std::abs(from_proto(pulled.shards(0).value()).data<float>()[0] - expected) < 1e-6f);
+    CHECK(now == version + 1);
+    CHECK(std::abs(value - expected) < 1e-6f);
   }
+}
+
+TEST_CASE("the servers decay the learning rate along a cosine over their optimizer steps") {
+  ParameterServerService server;
+  assign_sgd(server, /*decay_steps=*/4, /*alpha=*/0.1);
+  // Fresh pushes (staleness 0): step s moves w by lr(s) = 0.9 * (1 + cos(pi * min(s, 4) / 4)) / 2
+  // + 0.1, which stays 0.1 from step 4 on.
+  const double pi = std::acos(-1.0);
+  double expected = 0;
+  for (int64_t step = 0; step < 6; ++step) {
+    const auto [value, now] = push_one(server, step);
+    const double s = static_cast<double>(std::min<int64_t>(step, 4));
+    expected -= 0.9 * 0.5 * (1 + std::cos(pi * s / 4)) + 0.1;
+    CHECK(now == step + 1);
+    CHECK(std::abs(value - expected) < 1e-5);
+  }
+  rpc::OptimizerConfig bad;
+  bad.set_type("adam");
+  bad.set_learning_rate(1e-3);
+  bad.set_cosine_decay_steps(10);
+  bad.set_cosine_decay_alpha(2);
+  CHECK_THROWS_MATCHES(make_optimizer(bad), InvalidArgumentError,
+                       Message("[make_optimizer] cosine decay over 10 steps to alpha 2: want steps "
+                               ">= 0, 0 <= alpha <= 1"));
 }
 
 TEST_CASE("shutdown_tasks reaches a task that starts serving while it asks") {

@@ -28,6 +28,8 @@ struct ParameterServerStrategy::State {
       if (requests[p].shards_size() == 0) continue;
       requests[p].mutable_optimizer()->set_type(options.optimizer);
       requests[p].mutable_optimizer()->set_learning_rate(options.learning_rate);
+      requests[p].mutable_optimizer()->set_cosine_decay_steps(options.lr_decay_steps);
+      requests[p].mutable_optimizer()->set_cosine_decay_alpha(options.lr_decay_alpha);
       rpc::AssignReply reply;
       call_ps(fn, static_cast<int64_t>(p),
               ps[p]->Assign(with_deadline(options.rpc_timeout_s).get(), requests[p], &reply));

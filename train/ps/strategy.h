@@ -43,6 +43,10 @@ struct StrategyOptions {
   Partitioner partitioner;  // empty: variables are not split
   std::string optimizer = "adam";
   double learning_rate = 1e-3;
+  // > 0: the servers decay the learning rate along tf's CosineDecay over this many optimizer
+  // steps (pushes applied) to learning_rate * lr_decay_alpha; 0 keeps it constant.
+  int64_t lr_decay_steps = 0;
+  double lr_decay_alpha = 0.0;
   double rpc_timeout_s = 30;
   double connect_timeout_s = 60;  // how long the constructor waits for every server to answer
   Watchdog::Options watchdog;
