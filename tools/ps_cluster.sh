@@ -28,8 +28,12 @@ tf_config() {
 }
 
 # Whether process $1 runs (a zombie, ended but not yet reaped, does not).
+# One read of /proc/PID/stat: testing it exists and then grepping it raced with the launcher
+# reaping the zombie in between (grep's failure read as "running": fault_chief_test failed so).
 running() {
-  [[ -r /proc/$1/stat ]] && ! grep -q '^[0-9]* (.*) Z' "/proc/$1/stat" 2>/dev/null
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  [[ -n $stat && $stat != *") Z "* ]]
 }
 
 start_task() {

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <string>
@@ -274,8 +275,12 @@ int run_task(const Flags& f) {
     std::fflush(stderr);
     if (spec.task().type == ps::TaskType::kChief) {
       ps::shutdown_tasks(spec, std::string("chief:0 ended: ") + e.what());
+      return 1;
     }
-    return 1;
+    // A worker or server that lost a task ends now: no gRPC handler still blocked on the lost
+    // task (a step's pull, say) may keep the process alive past the 15 s the job promises.
+    std::fflush(stdout);
+    std::_Exit(1);
   }
 }
 
