@@ -8,10 +8,12 @@
 // live bytes grow, so the largest sum seen is the peak. Its own handle keeps a dead copy's buffer
 // until the next gather (the count leaves it out).
 //
-// Plain bookkeeping on the calling thread; not thread-safe.
+// Thread-safe: FSDP's prefetch (train/parallel/prefetch.h) notes the copies it gathers on its own
+// thread.
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "dtensor/dtensor.h"
@@ -26,10 +28,12 @@ class GatherMeter {
   // Bytes of the copies alive now, on local device 0.
   int64_t live_bytes();
   // The largest live_bytes() seen at a gather since construction or reset().
-  int64_t peak_bytes() const { return peak_; }
+  int64_t peak_bytes() const;
   void reset();
 
  private:
+  int64_t live_bytes_locked();
+  mutable std::mutex mu_;
   std::vector<Tensor> held_;
   int64_t peak_ = 0;
 };

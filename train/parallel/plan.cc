@@ -22,8 +22,12 @@ std::string ParallelPlan::to_string() const {
   part("data", data);
   part("model", model);
   part("seq", seq);
-  if (fsdp) s += s.empty() ? "fsdp" : " fsdp";
-  if (reshard_after_forward) s += s.empty() ? "reshard_after_forward" : " reshard_after_forward";
+  auto flag = [&s](bool on, const char* name) {
+    if (on) s += (s.empty() ? "" : " ") + std::string(name);
+  };
+  flag(fsdp, "fsdp");
+  flag(reshard_after_forward, "reshard_after_forward");
+  flag(prefetch, "prefetch");
   return s.empty() ? "replicated" : s;
 }
 
@@ -44,6 +48,10 @@ void ParallelPlan::validate(const Mesh& mesh, const char* function) const {
   }
   if (reshard_after_forward && !fsdp) {
     throw_error<InvalidArgumentError>(function, "plan {} reshards weights that are not sharded",
+                                      to_string());
+  }
+  if (prefetch && !fsdp) {
+    throw_error<InvalidArgumentError>(function, "plan {} prefetches weights that are not sharded",
                                       to_string());
   }
 }

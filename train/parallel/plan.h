@@ -18,6 +18,10 @@
 //            is done and gathered again for its backward (FSDP's reshard_after_forward), so that
 //            about one layer's gathered weights are alive at a time instead of every layer's
 //            until backward: one more all-gather per weight and step, same bits.
+//   - prefetch (with fsdp): block i+1's gathers run on a gather thread while block i computes
+//            (and, resharding after forward, block i-1's while block i's gradients are
+//            computed): train/parallel/prefetch.h. Same collectives, same bits; one more block's
+//            gathered weights are alive at a time.
 // An empty name leaves that kind off. Every name must be a dim of the mesh the model lives on.
 //
 // Plain values; thread-safe.
@@ -33,13 +37,14 @@ struct ParallelPlan {
   std::string data, model, seq;
   bool fsdp = false;
   bool reshard_after_forward = false;
+  bool prefetch = false;
 
-  // "data=data model=model seq=seq fsdp reshard_after_forward", the set fields only
+  // "data=data model=model seq=seq fsdp reshard_after_forward prefetch", the set fields only
   // ("replicated" when none).
   std::string to_string() const;
   // InvalidArgumentError naming `function` when a set name is not a dim of `mesh`, when model
   // and data (or seq and data) name one dim, fsdp is set without data, or reshard_after_forward
-  // without fsdp.
+  // or prefetch without fsdp.
   void validate(const Mesh& mesh, const char* function) const;
 };
 

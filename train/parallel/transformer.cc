@@ -1,6 +1,8 @@
 #include "train/parallel/transformer.h"
 
+#include <array>
 #include <cmath>
+#include <optional>
 
 #include "dtensor/creation.h"
 #include "dtensor/relayout.h"
@@ -12,6 +14,14 @@
 namespace dtensor::parallel {
 
 namespace {
+
+// A block's weights in the order they are used; norms are 0 and 5, the rest are matmuls.
+template <typename B>
+auto block_weights(B& b) {
+  return std::array{&b.norm1, &b.wq, &b.wk, &b.wv, &b.wo, &b.norm2, &b.w1, &b.w2};
+}
+constexpr size_t kMatmulsPerBlock = 6;
+bool is_norm(size_t k) { return k == 0 || k == 5; }
 
 int64_t hidden_of(const TransformerConfig& c) { return c.hidden > 0 ? c.hidden : 4 * c.dim; }
 
@@ -104,29 +114,38 @@ void TransformerLM::parallelize(const ParallelPlan& plan) {
   plan.validate(mesh_, "TransformerLM::parallelize");
   plan_ = plan;
   embedding_.place(plan, mesh_);
-  for (Block& b : blocks_) {
-    for (Weight* w : {&b.norm1, &b.wq, &b.wk, &b.wv, &b.wo, &b.norm2, &b.w1, &b.w2}) {
-      w->place(plan, mesh_);
+  block_of_.clear();
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const auto weights = block_weights(blocks_[i]);
+    for (size_t k = 0; k < weights.size(); ++k) {
+      weights[k]->place(plan, mesh_);
+      block_of_[weights[k]] = {i, k};
     }
   }
   norm_.place(plan, mesh_);
   head_.place(plan, mesh_);
+  gathers_.reset();
+  if (plan.prefetch) gathers_ = std::make_unique<GatherThread>(mesh_);
 }
 
 std::vector<DVariable> TransformerLM::variables() const {
   std::vector<DVariable> out = {embedding_.variable()};
   for (const Block& b : blocks_) {
-    for (const Weight* w : {&b.norm1, &b.wq, &b.wk, &b.wv, &b.wo, &b.norm2, &b.w1, &b.w2}) {
-      out.push_back(w->variable());
-    }
+    for (const Weight* w : block_weights(b)) out.push_back(w->variable());
   }
   out.push_back(norm_.variable());
   out.push_back(head_.variable());
   return out;
 }
 
-// w in its compute layout, its gathered copy (fsdp) noted by the meter.
+// w in its compute layout: prefetched for the block computing now, or gathered here (fsdp), the
+// copy noted by the meter.
 DTensor TransformerLM::use(const Weight& w) {
+  if (auto it = gathered_.find(&w); it != gathered_.end()) {
+    DTensor v = std::move(it->second);
+    gathered_.erase(it);
+    return v;
+  }
   DTensor v = w.use();
   if (!(v.layout() == w.variable().layout())) meter_.gathered(v);
   return v;
@@ -146,9 +165,14 @@ DTensor TransformerLM::times(const DTensor& x, const Weight& w) {
     return matmul(x, use(w));
   }();
   if (!tape_active()) return y;
-  record_op({&x, &stored}, y, [this, x, stored, compute = w.used_layout()](const DTensor& g) {
-    const DTensor full = relayout(stored, compute);
-    meter_.gathered(full);
+  record_op({&x, &stored}, y, [this, x, stored, wp = &w](const DTensor& g) {
+    auto in_block = block_of_.find(wp);
+    const bool prefetched = gathers_ != nullptr && in_block != block_of_.end();
+    const DTensor full = prefetched ? backward_weight(in_block->second.first, *wp) : [&] {
+      DTensor copy = relayout(stored, wp->used_layout());
+      meter_.gathered(copy);
+      return copy;
+    }();
     std::vector<std::optional<DTensor>> grads(2);
     if (gradient_needed(0)) grads[0] = matmul(g, full, false, true);
     DTensor gw = matmul(x, g, true, false);
@@ -160,9 +184,52 @@ DTensor TransformerLM::times(const DTensor& x, const Weight& w) {
       gw = reshape(reduce_sum(gw, batch_axes, true), full.shape());
     }
     grads[1] = relayout(gw, stored.layout());
+    if (prefetched) {
+      const size_t i = in_block->second.first;
+      if (++backward_taken_[i] == static_cast<int>(kMatmulsPerBlock)) {
+        mark_compute(timeline_, fmt::format("block{} backward", i), false);
+        backward_flights_[i] = {};
+      }
+    }
     return grads;
   });
   return y;
+}
+
+GatherFlight TransformerLM::start_block(size_t i, bool backward) {
+  std::vector<DTensor> stored;
+  std::vector<Layout> compute;
+  const auto weights = block_weights(blocks_[i]);
+  for (size_t k = 0; k < weights.size(); ++k) {
+    if (backward && is_norm(k)) continue;  // not resharded: kept from forward
+    stored.push_back(weights[k]->variable().value());
+    compute.push_back(weights[k]->used_layout());
+  }
+  return start_gathers(*gathers_, stored, compute,
+                       fmt::format("block{} gather ({})", i, backward ? "backward" : "forward"),
+                       {&timeline_, &meter_});
+}
+
+void TransformerLM::take_block(size_t i) {
+  const auto weights = block_weights(blocks_[i]);
+  for (size_t k = 0; k < weights.size(); ++k) {
+    // A matmul weight resharded after forward is not kept for backward: times() records its
+    // own VJP, which gathers it again.
+    std::optional<NoRecord> pause;
+    if (!is_norm(k) && plan_.reshard_after_forward) pause.emplace();
+    gathered_.insert_or_assign(weights[k], forward_flights_[i].take(k));
+  }
+  forward_flights_[i] = {};
+}
+
+DTensor TransformerLM::backward_weight(size_t i, const Weight& w) {
+  if (backward_taken_[i] == 0) {
+    mark_compute(timeline_, fmt::format("block{} backward", i), true);
+    if (!backward_flights_[i].started()) backward_flights_[i] = start_block(i, true);
+    if (i > 0) backward_flights_[i - 1] = start_block(i - 1, true);
+  }
+  const size_t k = block_of_.at(&w).second;
+  return backward_flights_[i].take(k - (k > 0 ? 1 : 0) - (k > 5 ? 1 : 0));
 }
 
 // x (any layout) brought to the colwise input layout, times w [in, out] split on out.
@@ -212,10 +279,26 @@ DTensor TransformerLM::call(const DTensor& tokens, bool training) {
   std::vector<std::string> token_specs = colwise_input_layout(plan_, mesh_).sharding_specs();
   token_specs.pop_back();
   DTensor ids = traced_relayout(tokens, Layout(token_specs, mesh_));
+  const size_t layers = blocks_.size();
+  if (gathers_ != nullptr) {
+    forward_flights_.assign(layers, {});
+    backward_flights_.assign(layers, {});
+    backward_taken_.assign(layers, 0);
+    gathered_.clear();
+    forward_flights_[0] = start_block(0, false);
+  }
   DTensor x = traced_relayout(embedding(use(embedding_), ids), residual);
-  for (const Block& b : blocks_) {
+  for (size_t i = 0; i < layers; ++i) {
+    const Block& b = blocks_[i];
+    if (gathers_ != nullptr) {
+      if (i + 1 < layers) forward_flights_[i + 1] = start_block(i + 1, false);
+      take_block(i);
+    }
+    const std::string span = fmt::format("block{} forward", i);
+    mark_compute(timeline_, span, true);
     x = add(x, residual_dropout(attention(b, rms_norm(x, use(b.norm1), config_.eps)), training));
     x = add(x, residual_dropout(mlp(b, rms_norm(x, use(b.norm2), config_.eps)), training));
+    mark_compute(timeline_, span, false);
   }
   return colwise(head_, rms_norm(x, use(norm_), config_.eps));
 }

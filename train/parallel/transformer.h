@@ -10,7 +10,9 @@
 // colwise, the attention output and the MLP's second matmul rowwise, the embedding table and the
 // head vocab-sharded over `model` (the loss is then computed on vocab-sharded logits), the
 // norms, dropout and residual adds run on the residual layout (sequence-sharded over `seq`), and
-// with fsdp every weight is stored sharded over `data` and gathered where a layer uses it.
+// with fsdp every weight is stored sharded over `data` and gathered where a layer uses it; with
+// prefetch a block's gathers run on a gather thread while the block before it computes (forward)
+// and, resharding after forward, while the block after it computes its gradients (backward).
 //
 // Values do not depend on the plan or the mesh: weights come from counter-based randomness by
 // (seed, name), dropout masks by (seed, step, element). Variables are named
@@ -20,7 +22,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/seed_generator.h"
@@ -28,6 +33,7 @@
 #include "train/keras/model.h"
 #include "train/parallel/gather_meter.h"
 #include "train/parallel/plan.h"
+#include "train/parallel/prefetch.h"
 
 namespace dtensor::parallel {
 
@@ -83,6 +89,9 @@ class TransformerLM : public keras::Model {
   const SeedGenerator& seeds() const { return seeds_; }
   // The weights' gathered copies (fsdp) seen by eager calls: live bytes and their peak.
   GatherMeter& gather_meter() { return meter_; }
+  // When each block's gathers (prefetch) and its forward and backward compute began and ended,
+  // eager or replayed; off until enabled.
+  Timeline& timeline() { return timeline_; }
 
  private:
   struct Block {
@@ -95,6 +104,13 @@ class TransformerLM : public keras::Model {
   DTensor colwise(const Weight& w, const DTensor& x);
   DTensor rowwise(const Weight& w, const DTensor& x);
   DTensor residual_dropout(const DTensor& x, bool training);
+  // Prefetch: starts block i's gathers (its matmul weights only, for backward).
+  GatherFlight start_block(size_t i, bool backward);
+  // Takes block i's gathered weights for its forward into gathered_.
+  void take_block(size_t i);
+  // Weight w of block i gathered for its backward: the flight started by the block after it (or
+  // now), block i-1's flight started meanwhile.
+  DTensor backward_weight(size_t i, const Weight& w);
 
   TransformerConfig config_;
   Mesh mesh_;
@@ -104,6 +120,14 @@ class TransformerLM : public keras::Model {
   Weight norm_, head_;
   SeedGenerator seeds_;
   GatherMeter meter_;
+  Timeline timeline_;
+  // Prefetch: the gather thread, each block weight's (block, index in the block), the flights of
+  // the step being run and the weights taken for the block computing now.
+  std::unique_ptr<GatherThread> gathers_;
+  std::map<const Weight*, std::pair<size_t, size_t>> block_of_;
+  std::vector<GatherFlight> forward_flights_, backward_flights_;
+  std::vector<int> backward_taken_;
+  std::map<const Weight*, DTensor> gathered_;
 };
 
 // The per-example loss of a language model for keras::Trainer: the mean over the sequence of

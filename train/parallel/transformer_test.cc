@@ -117,6 +117,10 @@ TEST_CASE("bad plans and configs get exact errors") {
   CHECK_THROWS_MATCHES(model.parallelize({"data", "model", "", false, true}), InvalidArgumentError,
                        Message("[TransformerLM::parallelize] plan data=data model=model "
                                "reshard_after_forward reshards weights that are not sharded"));
+  CHECK_THROWS_MATCHES(model.parallelize({"data", "model", "", false, false, true}),
+                       InvalidArgumentError,
+                       Message("[TransformerLM::parallelize] plan data=data model=model prefetch "
+                               "prefetches weights that are not sharded"));
   TransformerConfig odd = tiny();
   odd.heads = 3;
   CHECK_THROWS_MATCHES(TransformerLM(odd, mesh), InvalidArgumentError,
