@@ -3,8 +3,15 @@
 // fsdp with reshard_after_forward), the parameter and Adam-slot bytes device 0 holds
 // ("transformer_resident") and their peak during an eager training step, the live gathered
 // copies counted by the model's GatherMeter ("transformer_peak"); then the median captured-step
-// time of each plan, the plans taking turns for --rounds rounds ("transformer_step").
+// time of each plan, the plans taking turns for --rounds rounds ("transformer_step"); the bound
+// the acceptance sets on the peak, 1/N of the replicated case plus one layer (its parameters and
+// slots), plus one block's gathered weights with prefetch ("transformer_peak_bound"). For plans
+// with prefetch, the timeline of one replayed step: every gather and compute span
+// ("transformer_span", microseconds from the step's start) and how long each gather ran while a
+// block computed ("transformer_overlap"); --trace writes data=8's fsdp+reshard+prefetch step as
+// a chrome://tracing JSON.
 #include <algorithm>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,7 +30,8 @@ namespace {
 using namespace dtensor;
 using namespace dtensor::parallel;
 
-constexpr int64_t kBatch = 16, kContext = 64, kVocab = 96;
+constexpr int64_t kBatch = 16, kContext = 64, kVocab = 96, kDim = 128;
+int64_t layers = 2;
 
 struct Setup {
   Setup(const std::string& spec, const ParallelPlan& plan)
@@ -47,9 +55,9 @@ struct Setup {
   static TransformerConfig config() {
     TransformerConfig c;
     c.vocab = kVocab;
-    c.dim = 128;
+    c.dim = kDim;
     c.heads = 4;
-    c.layers = 2;
+    c.layers = layers;
     c.seed = 7;
     return c;
   }
@@ -74,6 +82,34 @@ struct Setup {
   Function step;
 };
 
+// Bytes of one block's parameters (f32).
+int64_t block_bytes() { return 4 * (4 * kDim * kDim + 2 * kDim * 4 * kDim + 2 * kDim); }
+
+// The spans of one replayed step, and for each gather the microseconds it ran while a block
+// computed.
+void report_timeline(const std::vector<dtensor::bench::Field>& params,
+                     const std::vector<Timeline::Span>& spans) {
+  for (const Timeline::Span& s : spans) {
+    std::vector<dtensor::bench::Field> p = params;
+    p.insert(p.end(), {{"span", s.name}, {"lane", s.lane}, {"begin_us", s.begin_us}});
+    dtensor::bench::report("transformer_span", p, s.end_us - s.begin_us, "us");
+  }
+  for (const Timeline::Span& g : spans) {
+    if (g.lane != "gather") continue;
+    double overlap = 0;
+    std::string with;
+    for (const Timeline::Span& c : spans) {
+      const double both = std::min(g.end_us, c.end_us) - std::max(g.begin_us, c.begin_us);
+      if (c.lane != "compute" || both <= 0) continue;
+      overlap += both;
+      with += (with.empty() ? "" : ", ") + c.name;
+    }
+    std::vector<dtensor::bench::Field> p = params;
+    p.insert(p.end(), {{"gather", g.name}, {"during", with}});
+    dtensor::bench::report("transformer_overlap", p, overlap, "us");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -81,7 +117,11 @@ int main(int argc, char** argv) {
   dtensor::cli::Flags flags("transformer_fsdp",
                             "Per-device parameter memory and step time of fully_shard, with and "
                             "without reshard_after_forward.");
+  std::string trace;
   flags.add_int("--rounds", &rounds, "interleaved timing rounds", 1);
+  flags.add_int("--layers", &layers, "transformer blocks", 1);
+  flags.add_path("--trace", &trace, "chrome-trace JSON of data=8's prefetched step",
+                 dtensor::cli::PathKind::kOutputFile);
   if (std::optional<int> code = flags.parse(argc, argv)) return *code;
   struct Named {
     std::string mesh, plan;
@@ -92,9 +132,13 @@ int main(int argc, char** argv) {
       {"data=8", {"data", "", "", false}},
       {"data=8", {"data", "", "", true}},
       {"data=8", {"data", "", "", true, true}},
+      {"data=8", {"data", "", "", true, false, true}},
+      {"data=8", {"data", "", "", true, true, true}},
       {"data=2,seq=2,model=2", {"data", "model", "seq", false}},
       {"data=2,seq=2,model=2", {"data", "model", "seq", true}},
-      {"data=2,seq=2,model=2", {"data", "model", "seq", true, true}}};
+      {"data=2,seq=2,model=2", {"data", "model", "seq", true, true}},
+      {"data=2,seq=2,model=2", {"data", "model", "seq", true, true, true}}};
+  int64_t replicated = 0;  // resident bytes of the replicated plan on the mesh being run
   for (const auto& [spec, plan] : cases) {
     auto s = std::make_unique<Setup>(spec, plan);
     s->model.gather_meter().reset();
@@ -105,6 +149,13 @@ int main(int argc, char** argv) {
     dtensor::bench::report("transformer_peak", params,
                            static_cast<double>(resident + s->model.gather_meter().peak_bytes()),
                            "bytes");
+    if (!plan.fsdp) replicated = resident;
+    const int64_t devices = s->mesh.num_devices();
+    const int64_t bound =
+        replicated / devices + 3 * block_bytes() + (plan.prefetch ? block_bytes() : 0);
+    if (plan.fsdp) {
+      dtensor::bench::report("transformer_peak_bound", params, static_cast<double>(bound), "bytes");
+    }
     s->step({s->tokens, s->tokens});  // trace
     setups.push_back({spec, plan.to_string(), std::move(s)});
   }
@@ -124,6 +175,19 @@ int main(int argc, char** argv) {
     std::sort(v.begin(), v.end());
     dtensor::bench::report("transformer_step", {{"mesh", setups[i].mesh}, {"plan", setups[i].plan}},
                            1e3 * v[v.size() / 2], "ms");
+  }
+  for (size_t i = 0; i < setups.size(); ++i) {
+    Setup& s = *setups[i].setup;
+    if (!s.model.plan().prefetch) continue;
+    Timeline& timeline = s.model.timeline();
+    timeline.clear();
+    timeline.enable();
+    to_global(s.step({s.tokens, s.tokens})[0]);
+    timeline.disable();
+    report_timeline({{"mesh", setups[i].mesh}, {"plan", setups[i].plan}}, timeline.spans());
+    if (!trace.empty() && setups[i].mesh == "data=8" && s.model.plan().reshard_after_forward) {
+      std::ofstream(trace) << timeline.chrome_trace_json();
+    }
   }
   return 0;
 }
