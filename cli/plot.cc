@@ -112,7 +112,7 @@ void draw_panel(cairo_t* cr, const Panel& panel, double x0, size_t epochs) {
   cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
   cairo_rectangle(cr, plot.left + 0.5, plot.top + 0.5, plot.width, plot.height);
   cairo_stroke(cr);
-  text(cr, "epoch", plot.left + plot.width / 2, plot.top + plot.height + 30, 14, 0.5, 0);
+  text(cr, panel.x_label, plot.left + plot.width / 2, plot.top + plot.height + 30, 14, 0.5, 0);
   cairo_save(cr);
   cairo_translate(cr, x0 + 16, plot.top + plot.height / 2);
   cairo_rotate(cr, -M_PI / 2);
@@ -129,19 +129,22 @@ void draw_panel(cairo_t* cr, const Panel& panel, double x0, size_t epochs) {
     cairo_set_line_width(cr, 2.5);
     bool drawing = false;
     const std::vector<double>& v = panel.series[s].values;
+    auto at = [&xs = panel.series[s].x](size_t i) {
+      return i < xs.size() ? xs[i] : static_cast<double>(i + 1);
+    };
     for (size_t i = 0; i < v.size(); ++i) {
       if (!std::isfinite(v[i])) {
         drawing = false;
         continue;
       }
-      const double x = px(static_cast<double>(i + 1)), y = py(v[i]);
+      const double x = px(at(i)), y = py(v[i]);
       drawing ? cairo_line_to(cr, x, y) : cairo_move_to(cr, x, y);
       drawing = true;
     }
     cairo_stroke(cr);
-    for (size_t i = 0; i < v.size(); ++i) {
+    for (size_t i = 0; i < v.size() && v.size() <= 100; ++i) {
       if (!std::isfinite(v[i])) continue;
-      cairo_arc(cr, px(static_cast<double>(i + 1)), py(v[i]), 4, 0, 2 * M_PI);
+      cairo_arc(cr, px(at(i)), py(v[i]), 4, 0, 2 * M_PI);
       cairo_fill(cr);
     }
   }
@@ -186,7 +189,10 @@ std::vector<double> nice_ticks(double& lo, double& hi, int target) {
 void write_training_plot(const std::string& path, const std::vector<Panel>& panels) {
   size_t epochs = 0;
   for (const Panel& p : panels) {
-    for (const Series& s : p.series) epochs = std::max(epochs, s.values.size());
+    for (const Series& s : p.series) {
+      epochs = std::max(epochs, s.values.size());
+      if (!s.x.empty()) epochs = std::max(epochs, static_cast<size_t>(std::ceil(s.x.back())));
+    }
   }
   const int width = kPanelWidth * std::max<int>(1, static_cast<int>(panels.size()));
   std::unique_ptr<cairo_surface_t, decltype(&cairo_surface_destroy)> surface(

@@ -6,7 +6,8 @@
 //                                     {"Accuracy", "accuracy", {{"train", ta}, {"test", va}}, 0,
 //                                     1}});
 //
-// Non-finite values are left out of the lines. Thread-compatible.
+// Non-finite values are left out of the lines. A series of at most 100 points gets a dot on each.
+// Thread-compatible.
 #pragma once
 
 #include <optional>
@@ -18,6 +19,8 @@ namespace dtensor::cli {
 struct Series {
   std::string name;
   std::vector<double> values;  // one per epoch, epoch 1 first
+  // Where each value sits on the x axis, when not at 1, 2, ... (held-out losses every 100 steps).
+  std::vector<double> x = {};
 };
 
 struct Panel {
@@ -26,6 +29,7 @@ struct Panel {
   std::vector<Series> series;
   // Limits the y range never goes beyond (accuracy: 0 and 1).
   std::optional<double> y_min, y_max;
+  std::string x_label = "epoch";
 };
 
 // The image size of write_training_plot: kPanelWidth per panel side by side.

@@ -4,6 +4,7 @@
 //   tools/bazel run //examples/transformer:train                        # data=2,seq=2,model=2
 //   tools/bazel run //examples/transformer:train -- --mesh=model=8
 //   tools/bazel run //examples/transformer:train -- --mesh=data=8 --resume=/tmp/lm  # another mesh
+//   tools/bazel run //examples/transformer:train -- --plot=/tmp/lm.png   # loss per step
 //
 // The mesh's dims name the parallelism (train/parallel/plan.h): `data` (batch; with --fsdp the
 // weights and Adam's slots are stored sharded over it too), `model` (tensor parallel: heads, MLP,
@@ -19,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "cli/flags.h"
+#include "cli/plot.h"
 #include "dtensor/runtime.h"
 #include "dtensor/virtual_devices.h"
 #include "ops/autograd.h"
@@ -36,12 +38,12 @@ using namespace dtensor;
 struct Flags {
   std::string text_dir = "/usr/share/games/fortunes";
   std::string mesh = "data=2,seq=2,model=2";
-  bool fsdp = true, reshard_after_forward = false;
+  bool fsdp = true, reshard_after_forward = false, prefetch = false;
   int64_t steps = 600, batch = 16, context = 64, layers = 2, dim = 128, heads = 4;
   int64_t eval_every = 100, eval_batches = 8;
   double lr = 2e-3, dropout = 0.1, loss_bound = 2.3;
   uint64_t seed = 7;
-  std::string checkpoint, resume;
+  std::string checkpoint, resume, plot;
 };
 
 // Printable ASCII and newline: 96 tokens (anything else reads as a space).
@@ -100,13 +102,14 @@ std::pair<Tensor, Tensor> batch_at(const std::vector<int32_t>& text, size_t begi
   return {x, y};
 }
 
-parallel::ParallelPlan plan_for(const Mesh& mesh, bool fsdp, bool reshard_after_forward) {
+parallel::ParallelPlan plan_for(const Mesh& mesh, const Flags& f) {
   parallel::ParallelPlan plan;
   if (mesh.has_dim("data")) plan.data = "data";
   if (mesh.has_dim("model")) plan.model = "model";
   if (mesh.has_dim("seq")) plan.seq = "seq";
-  plan.fsdp = fsdp && !plan.data.empty();
-  plan.reshard_after_forward = plan.fsdp && reshard_after_forward;
+  plan.fsdp = f.fsdp && !plan.data.empty();
+  plan.reshard_after_forward = plan.fsdp && f.reshard_after_forward;
+  plan.prefetch = plan.fsdp && f.prefetch;
   return plan;
 }
 
@@ -133,6 +136,8 @@ int run(int argc, char** argv, const Runtime& rt) {
   cli.add_bool("--fsdp", &f.fsdp, "store weights and Adam slots sharded over data");
   cli.add_bool("--reshard_after_forward", &f.reshard_after_forward,
                "with --fsdp: drop gathered weights after forward, gather them again for backward");
+  cli.add_bool("--prefetch", &f.prefetch,
+               "with --fsdp: gather the next block's weights on a thread while this one computes");
   cli.add_int("--steps", &f.steps, "training steps (in all, counting resumed ones)", 1);
   cli.add_int("--batch", &f.batch, "global batch (sequences)", 1);
   cli.add_int("--context", &f.context, "tokens per sequence", 2);
@@ -149,6 +154,8 @@ int run(int argc, char** argv, const Runtime& rt) {
                cli::PathKind::kOutputDir);
   cli.add_path("--resume", &f.resume, "restore the training state from here first (any mesh)",
                cli::PathKind::kInputDir);
+  cli.add_path("--plot", &f.plot, "PNG of the train and held-out loss per step",
+               cli::PathKind::kOutputFile);
   if (std::optional<int> code = cli.parse(argc, argv, rt.process_index() == 0)) return *code;
 
   std::vector<MeshDim> dims = parse_mesh_dims(f.mesh);
@@ -168,7 +175,7 @@ int run(int argc, char** argv, const Runtime& rt) {
   config.dropout = f.dropout;
   config.seed = f.seed;
   parallel::TransformerLM model(config, mesh);
-  model.parallelize(plan_for(mesh, f.fsdp, f.reshard_after_forward));
+  model.parallelize(plan_for(mesh, f));
   if (reporter) {
     fmt::print("text: {} ({} characters, {} held out); model {}; mesh {}; plan {}\n", f.text_dir,
                text.size(), text.size() - split, config.to_string(), mesh.dims_string(),
@@ -216,6 +223,7 @@ int run(int argc, char** argv, const Runtime& rt) {
   cli::Progress progress(1, reporter);
   progress.begin_epoch(0, f.steps, step);
   double loss = 0, held_out = 0;
+  cli::Series train_curve{"train", {}, {}}, held_out_curve{"held-out", {}, {}};
   const auto start = std::chrono::steady_clock::now();
   const int64_t first = step;
   for (; step < f.steps;) {
@@ -226,8 +234,12 @@ int run(int argc, char** argv, const Runtime& rt) {
       fmt::print("\ncollectives per step:\n{}", train_step.collective_summary(batch).to_string());
     }
     ++step;
+    train_curve.values.push_back(loss);
+    train_curve.x.push_back(static_cast<double>(step));
     if (step % f.eval_every == 0 || step == f.steps) {
       held_out = held_out_loss();
+      held_out_curve.values.push_back(held_out);
+      held_out_curve.x.push_back(static_cast<double>(step));
       if (!f.checkpoint.empty()) state.save(f.checkpoint);
     }
     progress.step(step, {{"loss", loss}, {"val_loss", held_out}});
@@ -242,6 +254,16 @@ int run(int argc, char** argv, const Runtime& rt) {
         "tokens/s; loss bits {:a}\n",
         step, loss, held_out, f.loss_bound, held_out <= f.loss_bound ? "reached" : "MISSED",
         seconds > 0 ? tokens / seconds : 0.0, static_cast<float>(loss));
+    if (!f.plot.empty()) {
+      cli::Panel panel{"Character-level LM loss",
+                       "cross-entropy (nats/char)",
+                       {train_curve, held_out_curve},
+                       0.0,
+                       std::nullopt};
+      panel.x_label = "step";
+      cli::write_training_plot(f.plot, {panel});
+      fmt::print("plot: {}\n", f.plot);
+    }
   }
   return held_out <= f.loss_bound ? 0 : 3;
 }
