@@ -75,6 +75,36 @@ void cross_entropy(const char* op, const Tensor& logits, const Tensor& labels) {
   }
 }
 
+void attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+  for (const Tensor* t : {&q, &k, &v}) {
+    if (t->dtype() != DType::kF32 && t->dtype() != DType::kF64) throw_unsupported(op, *t);
+  }
+  const int64_t r = q.rank();
+  auto batch = [](const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); };
+  if (r < 3 || k.rank() != r || v.rank() != r || batch(k) != batch(q) || batch(v) != batch(q) ||
+      k.shape()[r - 1] != q.shape()[r - 1] || v.shape()[r - 2] != k.shape()[r - 2] ||
+      (causal && q.shape()[r - 2] != k.shape()[r - 2]) || k.dtype() != q.dtype() ||
+      v.dtype() != q.dtype()) {
+    throw_error<ShapeError>(op,
+                            "q {}, k {} and v {} must be [..., Tq, D], [..., Tk, D] and [..., Tk, "
+                            "Dv] of one dtype and rank >= 3 (Tq == Tk when causal)",
+                            describe(q), describe(k), describe(v));
+  }
+}
+
+void attention_grad(const char* op, const Tensor& dy, const Tensor& q, const Tensor& k,
+                    const Tensor& v, const Tensor& y, bool causal) {
+  attention(op, q, k, v, causal);
+  Shape out = q.shape();
+  out.back() = v.shape().back();
+  for (const Tensor* t : {&dy, &y}) {
+    if (t->shape() != out || t->dtype() != q.dtype()) {
+      throw_error<ShapeError>(op, "dy {} and y {} must be {} {}", describe(dy), describe(y),
+                              dtype_name(q.dtype()), shape_to_string(out));
+    }
+  }
+}
+
 void cross_entropy_grad(const char* op, const Tensor& logits, const Tensor& labels,
                         const Tensor& grad) {
   cross_entropy(op, logits, labels);

@@ -37,6 +37,14 @@ bool unary_supports(UnaryOp op, DType dtype);
 // logits' shape without the last dim. (Label values are data: the backends check them.)
 void cross_entropy(const char* op, const Tensor& logits, const Tensor& labels);
 // The same, and grad of the labels' shape and the logits' dtype.
+// attention's arguments: q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] of rank >= 3 with one
+// batch shape, one dtype, f32 or f64 (DTypeError "[op] unsupported dtype ..." otherwise), Tq == Tk
+// when causal (ShapeError "[op] q f32[..] k ... v ... must be ..." otherwise).
+void attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
+// attention_grad's: attention's, and dy and y of q's shape with v's last dim.
+void attention_grad(const char* op, const Tensor& dy, const Tensor& q, const Tensor& k,
+                    const Tensor& v, const Tensor& y, bool causal);
+
 void cross_entropy_grad(const char* op, const Tensor& logits, const Tensor& labels,
                         const Tensor& grad);
 

@@ -169,6 +169,24 @@ DTENSOR_KERNEL(LayerNormGrad, layer_norm_grad,
                 const Tensor& rstd),
                (dy, x, gamma, mean, rstd), "layer_norm_grad", (dy, x, gamma, mean, rstd), )
 
+// ---- Attention (kernels/cpu/attention.cc) ----------------------------------------------------
+
+// softmax(q k^T / sqrt(D) + mask) v over the last two dims of q [..., Tq, D], k [..., Tk, D] and
+// v [..., Tk, Dv] (one batch shape, f32 or f64; the mask keeps keys j <= i when causal, which needs
+// Tq == Tk): [..., Tq, Dv]. Fused: blockwise over the keys with an online softmax, so no [Tq, Tk]
+// score matrix is made; each batch row is computed alike whatever the call holds (fixed blocks and
+// summation order), so the bits do not depend on how the batch is split.
+DTENSOR_KERNEL(Tensor, attention, (const Tensor& q, const Tensor& k, const Tensor& v, bool causal),
+               (q, k, v, causal), "attention", (q, k, v),
+               checks::attention("attention", q, k, v, causal))
+// Its gradient for dy (of y's shape) and the forward's y: recomputes the probabilities block by
+// block and returns dq, dk and dv packed per batch row, [..., Tq*D + Tk*D + Tk*Dv].
+DTENSOR_KERNEL(Tensor, attention_grad,
+               (const Tensor& dy, const Tensor& q, const Tensor& k, const Tensor& v,
+                const Tensor& y, bool causal),
+               (dy, q, k, v, y, causal), "attention_grad", (dy, q, k, v, y),
+               checks::attention_grad("attention_grad", dy, q, k, v, y, causal))
+
 // ---- Data movement (every dtype) -------------------------------------------------------------
 
 // out.shape[i] = x.shape[perm[i]]; perm must be a permutation of 0..rank-1.

@@ -287,34 +287,36 @@ const std::vector<OpCase>& op_cases() {
                  },
                  [](const std::vector<DTensor>& v) { return layer_norm(v[0], v[1], v[2], 1e-3); }});
     // Transformer ops: the random layouts shard the vocab, heads, sequence and model dims.
-    c.push_back({"embedding", "embedding", true,
-                 [](Rng& rng) {
-                   return std::vector<Tensor>{uniform({6, 3}, rng, -1, 1),
-                                              integers({2, 5}, rng, 6)};
-                 },
-                 [](const std::vector<DTensor>& v) { return embedding(v[0], v[1]); }});
+    c.push_back(
+        {"embedding", "embedding", true,
+         [](Rng& rng) {
+           return std::vector<Tensor>{uniform({6, 3}, rng, -1, 1), integers({2, 5}, rng, 6)};
+         },
+         [](const std::vector<DTensor>& v) { return embedding(v[0], v[1]); }});
     c.push_back({"rms_norm", "rms_norm", true, two_inputs({6, 5}, {5}, 0.2, 2),
                  [](const std::vector<DTensor>& v) { return rms_norm(v[0], v[1], 1e-3); }});
     c.push_back({"rotary_embedding", "rotary_embedding", true, one_input({2, 5, 4}, 0.1, 2),
                  [](const std::vector<DTensor>& v) { return rotary_embedding(v[0], 100.0); }});
-    c.push_back({"scaled_dot_product_attention", "scaled_dot_product_attention causal", true,
-                 [](Rng& rng) {
-                   return std::vector<Tensor>{uniform({2, 3, 5, 4}, rng, -1, 1),
-                                              uniform({2, 3, 5, 4}, rng, -1, 1),
-                                              uniform({2, 3, 5, 2}, rng, -1, 1)};
-                 },
-                 [](const std::vector<DTensor>& v) {
-                   return scaled_dot_product_attention(v[0], v[1], v[2]);
-                 }});
-    c.push_back({"scaled_dot_product_attention", "scaled_dot_product_attention full", true,
-                 [](Rng& rng) {
-                   return std::vector<Tensor>{uniform({3, 2, 4}, rng, -1, 1),
-                                              uniform({3, 5, 4}, rng, -1, 1),
-                                              uniform({3, 5, 3}, rng, -1, 1)};
-                 },
-                 [](const std::vector<DTensor>& v) {
-                   return scaled_dot_product_attention(v[0], v[1], v[2], false);
-                 }});
+    // Attention, composed and fused: causal (query block of rank 4) and full (Tq != Tk).
+    using Attention = DTensor (*)(const DTensor&, const DTensor&, const DTensor&, bool);
+    for (const auto& [op, attend] :
+         {std::pair<std::string, Attention>{"scaled_dot_product_attention",
+                                            &scaled_dot_product_attention},
+          {"fused_attention", &fused_attention}}) {
+      for (const bool causal : {true, false}) {
+        const Shape q = causal ? Shape{2, 3, 5, 4} : Shape{3, 2, 4};
+        const Shape k = causal ? Shape{2, 3, 5, 4} : Shape{3, 5, 4};
+        const Shape v = causal ? Shape{2, 3, 5, 2} : Shape{3, 5, 3};
+        c.push_back({op, op + (causal ? " causal" : " full"), true,
+                     [q, k, v](Rng& rng) {
+                       return std::vector<Tensor>{uniform(q, rng, -1, 1), uniform(k, rng, -1, 1),
+                                                  uniform(v, rng, -1, 1)};
+                     },
+                     [attend = attend, causal](const std::vector<DTensor>& x) {
+                       return attend(x[0], x[1], x[2], causal);
+                     }});
+      }
+    }
     // CNN ops: uneven batch, spatial and channel dims, each padding kind, strides, dilations,
     // groups.
     {

@@ -147,6 +147,12 @@ DTensor rotary_embedding(const DTensor& x, double base = 10000.0);
 // the leading dims (batch, heads) keep their sharding. causal: query i sees keys j <= i.
 DTensor scaled_dot_product_attention(const DTensor& q, const DTensor& k, const DTensor& v,
                                      bool causal = true);
+// The same attention through the fused kernel (kernels::attention): blockwise over the keys with
+// an online softmax, so no [Tq, Tk] score matrix is made, and a VJP that recomputes the
+// probabilities block by block (kernels::attention_grad). f32 and f64, rank >= 3. The leading
+// dims keep their sharding; the last two are gathered whole. Each batch row is computed alike on
+// every mesh, so the bits do not depend on how batch and heads are split.
+DTensor fused_attention(const DTensor& q, const DTensor& k, const DTensor& v, bool causal = true);
 
 // ---- Conv (ops/conv.cc) ----
 //

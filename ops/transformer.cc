@@ -18,6 +18,7 @@
 
 #include "dtensor/creation.h"
 #include "dtensor/step_observer.h"
+#include "kernels/kernels.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
 
@@ -130,23 +131,94 @@ DTensor rotary_embedding(const DTensor& x, double base) {
 
 // ---- scaled_dot_product_attention ------------------------------------------------------------
 
-DTensor scaled_dot_product_attention(const DTensor& q, const DTensor& k, const DTensor& v,
-                                     bool causal) {
-  check_same_mesh("scaled_dot_product_attention", {&q, &k, &v});
-  check_floating_inputs("scaled_dot_product_attention", {&q, &k, &v});
+namespace {
+
+// The checks both attention ops share (errors name `op`), for inputs of rank >= min_rank.
+void check_attention(const char* op, const DTensor& q, const DTensor& k, const DTensor& v,
+                     bool causal, int64_t min_rank) {
+  check_same_mesh(op, {&q, &k, &v});
+  check_floating_inputs(op, {&q, &k, &v});
   const int64_t r = q.rank();
   auto batch = [](const DTensor& x) { return Shape(x.shape().begin(), x.shape().end() - 2); };
-  const bool ranks_ok = r >= 2 && k.rank() == r && v.rank() == r;
+  const bool ranks_ok = r >= min_rank && k.rank() == r && v.rank() == r;
   if (!ranks_ok || batch(k) != batch(q) || batch(v) != batch(q) ||
       k.shape()[r - 1] != q.shape()[r - 1] || v.shape()[r - 2] != k.shape()[r - 2] ||
       (causal && q.shape()[r - 2] != k.shape()[r - 2]) || k.dtype() != q.dtype() ||
       v.dtype() != q.dtype()) {
     throw_error<ShapeError>(
-        "scaled_dot_product_attention",
+        op,
         "q {}, k {} and v {} must be [..., Tq, D], [..., Tk, D] and [..., Tk, Dv] of one dtype "
-        "(Tq == Tk when causal)",
-        q.short_string(), k.short_string(), v.short_string());
+        "{}(Tq == Tk when causal)",
+        q.short_string(), k.short_string(), v.short_string(), min_rank > 2 ? "and rank >= 3 " : "");
   }
+}
+
+// Leading dims keep their letters (shared by every operand); the last two stay whole.
+OpSignature attention_signature(const char* op, bool causal, int64_t rank, int operands) {
+  std::vector<int> letters = iota_letters(rank);
+  letters[static_cast<size_t>(rank - 2)] = letters[static_cast<size_t>(rank - 1)] = kBroadcastDim;
+  std::vector<OperandDims> dims(static_cast<size_t>(operands), OperandDims{letters, false});
+  std::vector<int> out = letters;
+  if (operands == 5) out.pop_back();  // the gradient packs dq, dk and dv in one last dim
+  return OpSignature{op, causal ? "causal" : "full", dims, out};
+}
+
+Grads fused_attention_grads(const DTensor& g, const DTensor& q, const DTensor& k, const DTensor& v,
+                            const DTensor& y, bool causal) {
+  const int64_t r = q.rank(), tq = q.shape()[r - 2], tk = k.shape()[r - 2];
+  const int64_t d = q.shape()[r - 1], dv = v.shape()[r - 1];
+  Shape packed_shape(q.shape().begin(), q.shape().end() - 2);
+  packed_shape.push_back(tq * d + tk * (d + dv));
+  const double work = 10.0 * static_cast<double>(q.num_elements() / std::max<int64_t>(1, d)) *
+                      static_cast<double>(tk * (d + dv));
+  DTensor packed =
+      expand(attention_signature("fused_attention", causal, r, 5), {&g, &q, &k, &v, &y},
+             packed_shape, q.dtype(), work, [causal](const Shards& s) {
+               return kernels::attention_grad(s[0], s[1], s[2], s[3], s[4], causal);
+             });
+  // Each gradient is a range of the packed last dim.
+  auto part = [&](int64_t begin, const Shape& shape) {
+    std::vector<int64_t> at(static_cast<size_t>(r - 1), 0);
+    at.back() = begin;
+    Shape size(packed_shape.size(), -1);
+    size.back() = shape[r - 2] * shape[r - 1];
+    return reshape(slice(packed, at, size), shape);
+  };
+  return {part(0, q.shape()), part(tq * d, k.shape()), part(tq * d + tk * d, v.shape())};
+}
+
+}  // namespace
+
+DTensor fused_attention(const DTensor& q, const DTensor& k, const DTensor& v, bool causal) {
+  check_attention("fused_attention", q, k, v, causal, 3);
+  if (q.dtype() != DType::kF32 && q.dtype() != DType::kF64) {
+    throw_error<DTypeError>("fused_attention", "unsupported dtype {}: {} (f32 and f64 only)",
+                            dtype_name(q.dtype()), q.short_string());
+  }
+  const int64_t r = q.rank();
+  Shape out = q.shape();
+  out.back() = v.shape().back();
+  const double work =
+      4.0 * static_cast<double>(q.num_elements()) * static_cast<double>(k.shape()[r - 2]);
+  return recorded(
+      {&q, &k, &v},
+      [&] {
+        return expand(attention_signature("fused_attention", causal, r, 3), {&q, &k, &v}, out,
+                      q.dtype(), work, [causal](const Shards& s) {
+                        return kernels::attention(s[0], s[1], s[2], causal);
+                      });
+      },
+      [&](const DTensor& y) {
+        return [q, k, v, y, causal](const DTensor& g) -> Grads {
+          return fused_attention_grads(g, q, k, v, y, causal);
+        };
+      });
+}
+
+DTensor scaled_dot_product_attention(const DTensor& q, const DTensor& k, const DTensor& v,
+                                     bool causal) {
+  check_attention("scaled_dot_product_attention", q, k, v, causal, 2);
+  const int64_t r = q.rank();
   const int64_t tq = q.shape()[r - 2], tk = k.shape()[r - 2];
   DTensor scores =
       scale(matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(q.shape()[r - 1])));

@@ -3,10 +3,12 @@
 // layouts against one device and finite differences are ops:gradient_test's rows.
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <random>
 
 #include "dtensor/collectives.h"
 #include "dtensor/relayout.h"
+#include "ops/autograd.h"
 #include "ops/ops.h"
 #include "tests/layout_enumeration.h"
 
@@ -72,6 +74,28 @@ TEST_CASE("sharded transformer ops emit only the collectives their layouts force
     CHECK(y.layout() == Layout(bh, mesh));
     const std::vector<std::string> whole = {u, u, u, u};
     check_same(to_global(y),
+               to_global(scaled_dot_product_attention(on(q, one, whole), on(k, one, whole),
+                                                      on(v, one, whole))),
+               1e-6);
+  }
+  SECTION("fused attention: no collectives, the same bits on every split of batch and heads") {
+    // T = 70 crosses the kernel's query (16) and key (64) blocks.
+    Tensor q = values({2, 4, 70, 8}, 8), k = values({2, 4, 70, 8}, 9),
+           v = values({2, 4, 70, 6}, 10);
+    const std::vector<std::string> whole = {u, u, u, u};
+    const Tensor want =
+        to_global(fused_attention(on(q, one, whole), on(k, one, whole), on(v, one, whole)));
+    for (const std::vector<std::string>& bh : {std::vector<std::string>{"data", "model", u, u},
+                                               {u, "model", u, u},
+                                               {"model", "data", u, u}}) {
+      reset_collective_stats();
+      DTensor y = fused_attention(on(q, mesh, bh), on(k, mesh, bh), on(v, mesh, bh));
+      CHECK(collective_stats().total() == 0);
+      CHECK(y.layout() == Layout(bh, mesh));
+      const Tensor got = to_global(y);
+      CHECK(std::memcmp(got.raw_data(), want.raw_data(), want.nbytes()) == 0);  // bit for bit
+    }
+    check_same(want,
                to_global(scaled_dot_product_attention(on(q, one, whole), on(k, one, whole),
                                                       on(v, one, whole))),
                1e-6);
@@ -151,4 +175,37 @@ TEST_CASE("transformer ops reject bad inputs with clear errors") {
               "k f32[2,5,4] [data,model,unsharded] and v f32[2,3,4] "
               "[data,unsharded,unsharded] must be [..., Tq, D], [..., Tk, D] and "
               "[..., Tk, Dv] of one dtype (Tq == Tk when causal)"));
+  DTensor flat = on(values({4, 6}, 7), mesh, {"data", u});
+  CHECK_THROWS_MATCHES(
+      fused_attention(flat, flat, flat), ShapeError,
+      Message("[fused_attention] q f32[4,6] [data,unsharded], k f32[4,6] [data,unsharded] and v "
+              "f32[4,6] [data,unsharded] must be [..., Tq, D], [..., Tk, D] and [..., Tk, Dv] of "
+              "one dtype and rank >= 3 (Tq == Tk when causal)"));
+  DTensor half = cast(q, DType::kBF16);
+  CHECK_THROWS_MATCHES(fused_attention(half, half, half), DTypeError,
+                       Message("[fused_attention] unsupported dtype bf16: bf16[2,3,4] "
+                               "[data,unsharded,unsharded] (f32 and f64 only)"));
+}
+
+TEST_CASE("fused attention's gradients match the composed op's across kernel blocks") {
+  Mesh mesh = test_mesh({{"data", 2}, {"model", 4}});
+  const std::string u = Layout::kUnsharded;
+  const std::vector<std::string> bh = {"data", "model", u, u};
+  // T = 70 crosses the query (16) and key (64) blocks.
+  DTensor q = on(values({2, 4, 70, 8}, 11), mesh, bh), k = on(values({2, 4, 70, 8}, 12), mesh, bh);
+  DTensor v = on(values({2, 4, 70, 6}, 13), mesh, bh), w = on(values({2, 4, 70, 6}, 14), mesh, bh);
+  using Attention = DTensor (*)(const DTensor&, const DTensor&, const DTensor&, bool);
+  auto grads = [&](Attention attend) {
+    GradientTape tape;
+    for (const DTensor* x : {&q, &k, &v}) tape.watch(*x);
+    DTensor loss = reduce_sum(mul(attend(q, k, v, true), w));
+    return tape.gradient(loss, std::vector<DTensor>{q, k, v});
+  };
+  const std::vector<DTensor> fused = grads(&fused_attention);
+  const std::vector<DTensor> composed = grads(&scaled_dot_product_attention);
+  for (size_t i = 0; i < 3; ++i) {
+    INFO("input " << i);
+    CHECK(fused[i].layout() == Layout(bh, mesh));
+    check_same(to_global(fused[i]), to_global(composed[i]), 2e-5);
+  }
 }
