@@ -38,7 +38,7 @@ using namespace dtensor;
 struct Flags {
   std::string text_dir = "/usr/share/games/fortunes";
   std::string mesh = "data=2,seq=2,model=2";
-  bool fsdp = true, reshard_after_forward = false, prefetch = false;
+  bool fsdp = true, reshard_after_forward = false, prefetch = false, fused_attention = false;
   int64_t steps = 600, batch = 16, context = 64, layers = 2, dim = 128, heads = 4;
   int64_t eval_every = 100, eval_batches = 8;
   double lr = 2e-3, dropout = 0.1, loss_bound = 2.3;
@@ -138,6 +138,8 @@ int run(int argc, char** argv, const Runtime& rt) {
                "with --fsdp: drop gathered weights after forward, gather them again for backward");
   cli.add_bool("--prefetch", &f.prefetch,
                "with --fsdp: gather the next block's weights on a thread while this one computes");
+  cli.add_bool("--fused_attention", &f.fused_attention,
+               "attention through the fused kernel (no score matrix; gathers the sequence)");
   cli.add_int("--steps", &f.steps, "training steps (in all, counting resumed ones)", 1);
   cli.add_int("--batch", &f.batch, "global batch (sequences)", 1);
   cli.add_int("--context", &f.context, "tokens per sequence", 2);
@@ -174,6 +176,7 @@ int run(int argc, char** argv, const Runtime& rt) {
   config.layers = f.layers;
   config.dropout = f.dropout;
   config.seed = f.seed;
+  config.fused_attention = f.fused_attention;
   parallel::TransformerLM model(config, mesh);
   model.parallelize(plan_for(mesh, f));
   if (reporter) {
@@ -254,6 +257,11 @@ int run(int argc, char** argv, const Runtime& rt) {
         "tokens/s; loss bits {:a}\n",
         step, loss, held_out, f.loss_bound, held_out <= f.loss_bound ? "reached" : "MISSED",
         seconds > 0 ? tokens / seconds : 0.0, static_cast<float>(loss));
+    std::string curve;
+    for (size_t i = 0; i < held_out_curve.values.size(); ++i) {
+      curve += fmt::format(" {}:{:.4f}", held_out_curve.x[i], held_out_curve.values[i]);
+    }
+    fmt::print("held-out loss by step:{}\n", curve);
     if (!f.plot.empty()) {
       cli::Panel panel{"Character-level LM loss",
                        "cross-entropy (nats/char)",

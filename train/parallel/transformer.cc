@@ -62,8 +62,9 @@ class Init {
 }  // namespace
 
 std::string TransformerConfig::to_string() const {
-  return fmt::format("layers={} dim={} heads={} hidden={} vocab={} dropout={}", layers, dim, heads,
-                     hidden_of(*this), vocab, dropout);
+  return fmt::format("layers={} dim={} heads={} hidden={} vocab={} dropout={}{}", layers, dim,
+                     heads, hidden_of(*this), vocab, dropout,
+                     fused_attention ? " fused_attention" : "");
 }
 
 // ---- Weight ----------------------------------------------------------------------------------
@@ -262,7 +263,8 @@ DTensor TransformerLM::attention(const Block& b, const DTensor& x) {
   DTensor q = rotary_embedding(split_heads(colwise(b.wq, in)), config_.rope_base);
   DTensor k = rotary_embedding(split_heads(colwise(b.wk, in)), config_.rope_base);
   DTensor v = split_heads(colwise(b.wv, in));
-  DTensor a = scaled_dot_product_attention(q, k, v, /*causal=*/true);
+  DTensor a = config_.fused_attention ? fused_attention(q, k, v, /*causal=*/true)
+                                      : scaled_dot_product_attention(q, k, v, /*causal=*/true);
   return rowwise(b.wo, reshape(transpose(a, {0, 2, 1, 3}), {batch, seq, config_.dim}));
 }
 

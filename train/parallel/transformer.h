@@ -47,8 +47,12 @@ struct TransformerConfig {
   double rope_base = 10000.0;
   double eps = 1e-6;
   uint64_t seed = 0;
+  // Attention through the fused kernel (ops fused_attention): no score matrix, the same bits on
+  // every split of batch and heads; the sequence is gathered whole for it (a seq-sharded plan
+  // moves more).
+  bool fused_attention = false;
 
-  // "layers=4 dim=256 heads=8 hidden=1024 vocab=96 dropout=0.1".
+  // "layers=4 dim=256 heads=8 hidden=1024 vocab=96 dropout=0.1" (" fused_attention" when set).
   std::string to_string() const;
 };
 
