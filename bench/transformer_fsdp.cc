@@ -1,9 +1,11 @@
 // fully_shard's memory and step time for examples/transformer's model (2 layers, d=128, 4 heads,
-// context 64, batch 16, vocab 96) on data=8 and data=2,seq=2,model=2: per plan (no fsdp, fsdp,
+// context 64, batch 16, vocab 96) on data=1, data=8 and data=2,seq=2,model=2, with composed or
+// fused attention: per plan (no fsdp, fsdp,
 // fsdp with reshard_after_forward), the parameter and Adam-slot bytes device 0 holds
 // ("transformer_resident") and their peak during an eager training step, the live gathered
 // copies counted by the model's GatherMeter ("transformer_peak"); then the median captured-step
-// time of each plan, the plans taking turns for --rounds rounds ("transformer_step"); the bound
+// time of each plan and its tokens/s, the plans taking turns for --rounds rounds
+// ("transformer_step", "transformer_tokens"); the bound
 // the acceptance sets on the peak, 1/N of the replicated case plus one layer (its parameters and
 // slots), plus one block's gathered weights with prefetch ("transformer_peak_bound"). For plans
 // with prefetch, the timeline of one replayed step: every gather and compute span
@@ -34,9 +36,9 @@ constexpr int64_t kBatch = 16, kContext = 64, kVocab = 96, kDim = 128;
 int64_t layers = 2;
 
 struct Setup {
-  Setup(const std::string& spec, const ParallelPlan& plan)
+  Setup(const std::string& spec, const ParallelPlan& plan, bool fused)
       : mesh(Mesh::create(parse_mesh_dims(spec), DeviceType::kCPU)),
-        model(config(), mesh),
+        model(config(fused), mesh),
         adam(1e-3),
         tokens(make_tokens(mesh, plan)),
         step(function([this](const std::vector<DTensor>& a) {
@@ -52,8 +54,9 @@ struct Setup {
     return distribute(t, plan.data.empty() ? Layout::replicated(mesh, 2)
                                            : Layout::batch_sharded(mesh, plan.data, 2));
   }
-  static TransformerConfig config() {
+  static TransformerConfig config(bool fused) {
     TransformerConfig c;
+    c.fused_attention = fused;
     c.vocab = kVocab;
     c.dim = kDim;
     c.heads = 4;
@@ -128,23 +131,35 @@ int main(int argc, char** argv) {
     std::unique_ptr<Setup> setup;
   };
   std::vector<Named> setups;
-  const std::vector<std::pair<std::string, ParallelPlan>> cases = {
-      {"data=8", {"data", "", "", false}},
+  struct Case {
+    std::string mesh;
+    ParallelPlan plan;
+    bool fused = false;
+  };
+  const ParallelPlan dp = {"data", "", "", false}, three_d = {"data", "model", "seq", true};
+  const std::vector<Case> cases = {
+      {"data=1", dp},
+      {"data=1", dp, true},
+      {"data=8", dp},
+      {"data=8", dp, true},
       {"data=8", {"data", "", "", true}},
       {"data=8", {"data", "", "", true, true}},
       {"data=8", {"data", "", "", true, false, true}},
       {"data=8", {"data", "", "", true, true, true}},
+      {"data=8", {"data", "", "", true, true, true}, true},
       {"data=2,seq=2,model=2", {"data", "model", "seq", false}},
-      {"data=2,seq=2,model=2", {"data", "model", "seq", true}},
+      {"data=2,seq=2,model=2", three_d},
+      {"data=2,seq=2,model=2", three_d, true},
       {"data=2,seq=2,model=2", {"data", "model", "seq", true, true}},
       {"data=2,seq=2,model=2", {"data", "model", "seq", true, true, true}}};
   int64_t replicated = 0;  // resident bytes of the replicated plan on the mesh being run
-  for (const auto& [spec, plan] : cases) {
-    auto s = std::make_unique<Setup>(spec, plan);
+  for (const auto& [spec, plan, fused] : cases) {
+    auto s = std::make_unique<Setup>(spec, plan, fused);
     s->model.gather_meter().reset();
     s->train(s->tokens, s->tokens);  // eager: the meter sees every gather
     const int64_t resident = s->resident();
-    const std::vector<dtensor::bench::Field> params = {{"mesh", spec}, {"plan", plan.to_string()}};
+    const std::string plan_name = plan.to_string() + (fused ? " fused_attention" : "");
+    const std::vector<dtensor::bench::Field> params = {{"mesh", spec}, {"plan", plan_name}};
     dtensor::bench::report("transformer_resident", params, static_cast<double>(resident), "bytes");
     dtensor::bench::report("transformer_peak", params,
                            static_cast<double>(resident + s->model.gather_meter().peak_bytes()),
@@ -157,7 +172,7 @@ int main(int argc, char** argv) {
       dtensor::bench::report("transformer_peak_bound", params, static_cast<double>(bound), "bytes");
     }
     s->step({s->tokens, s->tokens});  // trace
-    setups.push_back({spec, plan.to_string(), std::move(s)});
+    setups.push_back({spec, plan_name, std::move(s)});
   }
   std::vector<std::vector<double>> seconds(setups.size());
   for (int64_t r = 0; r < rounds; ++r) {
@@ -173,8 +188,11 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < setups.size(); ++i) {
     std::vector<double>& v = seconds[i];
     std::sort(v.begin(), v.end());
-    dtensor::bench::report("transformer_step", {{"mesh", setups[i].mesh}, {"plan", setups[i].plan}},
-                           1e3 * v[v.size() / 2], "ms");
+    const std::vector<dtensor::bench::Field> params = {{"mesh", setups[i].mesh},
+                                                       {"plan", setups[i].plan}};
+    dtensor::bench::report("transformer_step", params, 1e3 * v[v.size() / 2], "ms");
+    dtensor::bench::report("transformer_tokens", params,
+                           static_cast<double>(kBatch * kContext) / v[v.size() / 2], "tokens/s");
   }
   for (size_t i = 0; i < setups.size(); ++i) {
     Setup& s = *setups[i].setup;
@@ -185,7 +203,8 @@ int main(int argc, char** argv) {
     to_global(s.step({s.tokens, s.tokens})[0]);
     timeline.disable();
     report_timeline({{"mesh", setups[i].mesh}, {"plan", setups[i].plan}}, timeline.spans());
-    if (!trace.empty() && setups[i].mesh == "data=8" && s.model.plan().reshard_after_forward) {
+    if (!trace.empty() && setups[i].mesh == "data=8" &&
+        setups[i].plan == "data=data fsdp reshard_after_forward prefetch") {
       std::ofstream(trace) << timeline.chrome_trace_json();
     }
   }

@@ -88,11 +88,9 @@ struct Row {
         T top = m[r];
         for (int64_t c = 0; c < live; ++c) top = std::max(top, sr[c]);
         const T rescale = exp_t<T>(m[r] - top);
+        for (int64_t c = 0; c < live; ++c) sr[c] = exp_t<T>(sr[c] - top);  // vectorizes
         T sum = 0;
-        for (int64_t c = 0; c < live; ++c) {
-          sr[c] = exp_t<T>(sr[c] - top);
-          sum += sr[c];
-        }
+        for (int64_t c = 0; c < live; ++c) sum += sr[c];
         l[r] = l[r] * rescale + sum;
         m[r] = top;
         if (out == nullptr) continue;
@@ -164,12 +162,15 @@ void attention_grad_row(Row<T>& row, const T* dy, const T* y, T* packed) {
           const T* ve = &vt[e * cols];
           for (int64_t c = 0; c < live; ++c) dp[c] += g * ve[c];
         }
+        const T shift = lse[r];
+        for (int64_t c = 0; c < live; ++c) sr[c] = exp_t<T>(sr[c] - shift);  // P, vectorizes
         for (int64_t c = 0; c < live; ++c) {
-          const T p = exp_t<T>(sr[c] - lse[r]);
+          const T p = sr[c];
           T* dvc = dv + (j0 + c) * n.dv;
           for (int64_t e = 0; e < n.dv; ++e) dvc[e] += p * dyr[e];
-          sr[c] = p * (dp[c] - delta[r]) * row.scale;  // dS
         }
+        const T d_r = delta[r];
+        for (int64_t c = 0; c < live; ++c) sr[c] = sr[c] * (dp[c] - d_r) * row.scale;  // dS
         T* dqr = dq + i * n.d;
         const T* qr = row.q + i * n.d;
         for (int64_t c = 0; c < live; ++c) {
