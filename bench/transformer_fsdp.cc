@@ -21,11 +21,8 @@
 #include "bench/report.h"
 #include "cli/flags.h"
 #include "dtensor/creation.h"
-#include "ops/autograd.h"
 #include "ops/ops.h"
-#include "train/capture/function.h"
-#include "train/optim/optimizers.h"
-#include "train/parallel/transformer.h"
+#include "train/parallel/lm_trainer.h"
 
 namespace {
 
@@ -35,54 +32,30 @@ using namespace dtensor::parallel;
 constexpr int64_t kBatch = 16, kContext = 64, kVocab = 96, kDim = 128;
 int64_t layers = 2;
 
-struct Setup {
-  Setup(const std::string& spec, const ParallelPlan& plan, bool fused)
-      : mesh(Mesh::create(parse_mesh_dims(spec), DeviceType::kCPU)),
-        model(config(fused), mesh),
-        adam(1e-3),
-        tokens(make_tokens(mesh, plan)),
-        step(function([this](const std::vector<DTensor>& a) {
-          return std::vector<DTensor>{train(a[0], a[1])};
-        })) {
-    model.parallelize(plan);
-    vars = model.variables();
-    adam.build(vars);
-  }
-  static DTensor make_tokens(const Mesh& mesh, const ParallelPlan& plan) {
-    Tensor t = Tensor::empty({kBatch, kContext}, DType::kI32);
-    for (int64_t i = 0; i < t.num_elements(); ++i) t.data<int32_t>()[i] = (i * 7 + i / 5) % 96;
-    return distribute(t, plan.data.empty() ? Layout::replicated(mesh, 2)
-                                           : Layout::batch_sharded(mesh, plan.data, 2));
-  }
-  static TransformerConfig config(bool fused) {
-    TransformerConfig c;
-    c.fused_attention = fused;
-    c.vocab = kVocab;
-    c.dim = kDim;
-    c.heads = 4;
-    c.layers = layers;
-    c.seed = 7;
-    return c;
-  }
-  DTensor train(const DTensor& x, const DTensor& y) {
-    GradientTape tape;
-    for (const DVariable& v : vars) tape.watch(v);
-    DTensor loss = reduce_mean(lm_loss()(y, model.call(x, true)));
-    adam.apply(vars, tape.gradient(loss, vars));
-    return loss;
-  }
-  int64_t resident() const {
-    std::vector<DVariable> held = vars;
-    for (const auto& [name, slot] : adam.slots()) held.push_back(slot);
-    return resident_bytes(held);
-  }
+TransformerConfig config(bool fused) {
+  TransformerConfig c;
+  c.fused_attention = fused;
+  c.vocab = kVocab;
+  c.dim = kDim;
+  c.heads = 4;
+  c.layers = layers;
+  c.seed = 7;
+  return c;
+}
 
-  Mesh mesh;
-  TransformerLM model;
-  Adam adam;
+DTensor make_tokens(const Mesh& mesh, const ParallelPlan& plan) {
+  Tensor t = Tensor::empty({kBatch, kContext}, DType::kI32);
+  for (int64_t i = 0; i < t.num_elements(); ++i) t.data<int32_t>()[i] = (i * 7 + i / 5) % 96;
+  return distribute(t, plan.data.empty() ? Layout::replicated(mesh, 2)
+                                         : Layout::batch_sharded(mesh, plan.data, 2));
+}
+
+// The example's model under a plan, and its batch (the tokens are their own labels).
+struct Setup : LmTrainer {
+  Setup(const std::string& spec, const ParallelPlan& plan, bool fused)
+      : LmTrainer(config(fused), Mesh::create(parse_mesh_dims(spec), DeviceType::kCPU), plan, 1e-3),
+        tokens(make_tokens(mesh(), plan)) {}
   DTensor tokens;
-  std::vector<DVariable> vars;
-  Function step;
 };
 
 // Bytes of one block's parameters (f32).
@@ -155,23 +128,23 @@ int main(int argc, char** argv) {
   int64_t replicated = 0;  // resident bytes of the replicated plan on the mesh being run
   for (const auto& [spec, plan, fused] : cases) {
     auto s = std::make_unique<Setup>(spec, plan, fused);
-    s->model.gather_meter().reset();
-    s->train(s->tokens, s->tokens);  // eager: the meter sees every gather
+    s->model().gather_meter().reset();
+    s->eager_step(s->tokens, s->tokens);  // the meter sees every gather
     const int64_t resident = s->resident();
     const std::string plan_name = plan.to_string() + (fused ? " fused_attention" : "");
     const std::vector<dtensor::bench::Field> params = {{"mesh", spec}, {"plan", plan_name}};
     dtensor::bench::report("transformer_resident", params, static_cast<double>(resident), "bytes");
     dtensor::bench::report("transformer_peak", params,
-                           static_cast<double>(resident + s->model.gather_meter().peak_bytes()),
+                           static_cast<double>(resident + s->model().gather_meter().peak_bytes()),
                            "bytes");
     if (!plan.fsdp) replicated = resident;
-    const int64_t devices = s->mesh.num_devices();
+    const int64_t devices = s->mesh().num_devices();
     const int64_t bound =
         replicated / devices + 3 * block_bytes() + (plan.prefetch ? block_bytes() : 0);
     if (plan.fsdp) {
       dtensor::bench::report("transformer_peak_bound", params, static_cast<double>(bound), "bytes");
     }
-    s->step({s->tokens, s->tokens});  // trace
+    s->step(s->tokens, s->tokens);  // trace
     setups.push_back({spec, plan_name, std::move(s)});
   }
   std::vector<std::vector<double>> seconds(setups.size());
@@ -179,10 +152,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < setups.size(); ++i) {
       Setup& s = *setups[i].setup;
       seconds[i].push_back(dtensor::bench::median_seconds(
-          [&s] {
-            dtensor::bench::do_not_optimize(to_global(s.step({s.tokens, s.tokens})[0]));
-          },
-          1, 1));
+          [&s] { dtensor::bench::do_not_optimize(to_global(s.step(s.tokens, s.tokens))); }, 1, 1));
     }
   }
   for (size_t i = 0; i < setups.size(); ++i) {
@@ -196,11 +166,11 @@ int main(int argc, char** argv) {
   }
   for (size_t i = 0; i < setups.size(); ++i) {
     Setup& s = *setups[i].setup;
-    if (!s.model.plan().prefetch) continue;
-    Timeline& timeline = s.model.timeline();
+    if (!s.model().plan().prefetch) continue;
+    Timeline& timeline = s.model().timeline();
     timeline.clear();
     timeline.enable();
-    to_global(s.step({s.tokens, s.tokens})[0]);
+    to_global(s.step(s.tokens, s.tokens));
     timeline.disable();
     report_timeline({{"mesh", setups[i].mesh}, {"plan", setups[i].plan}}, timeline.spans());
     if (!trace.empty() && setups[i].mesh == "data=8" &&

@@ -7,12 +7,9 @@
 #include <sstream>
 
 #include "dtensor/creation.h"
-#include "ops/autograd.h"
 #include "ops/ops.h"
 #include "tests/layout_enumeration.h"
-#include "train/capture/function.h"
-#include "train/optim/optimizers.h"
-#include "train/parallel/transformer.h"
+#include "train/parallel/lm_trainer.h"
 
 using namespace dtensor;
 using namespace dtensor::parallel;
@@ -31,34 +28,19 @@ TransformerConfig three_layers() {
   return c;
 }
 
-struct Trainer3 {
+DTensor make_tokens(const Mesh& mesh) {
+  Tensor t = Tensor::empty({8, 16}, DType::kI32);
+  for (int64_t i = 0; i < t.num_elements(); ++i) t.data<int32_t>()[i] = (i * 5 + i / 3) % 24;
+  return distribute(t, Layout::batch_sharded(mesh, "data", 2));
+}
+
+// Three blocks on data=8 under `plan`, and its tokens (labels too).
+struct Trainer3 : LmTrainer {
   explicit Trainer3(const ParallelPlan& plan)
-      : mesh(test_mesh({{"data", 8}})),
-        model(three_layers(), mesh),
-        adam(1e-3),
-        tokens(make_tokens(mesh)),
-        step(function([this](const std::vector<DTensor>& a) {
-          GradientTape tape;
-          for (const DVariable& v : vars) tape.watch(v);
-          DTensor loss = reduce_mean(lm_loss()(a[0], model.call(a[0], true)));
-          adam.apply(vars, tape.gradient(loss, vars));
-          return std::vector<DTensor>{loss};
-        })) {
-    model.parallelize(plan);
-    vars = model.variables();
-    adam.build(vars);
-  }
-  static DTensor make_tokens(const Mesh& mesh) {
-    Tensor t = Tensor::empty({8, 16}, DType::kI32);
-    for (int64_t i = 0; i < t.num_elements(); ++i) t.data<int32_t>()[i] = (i * 5 + i / 3) % 24;
-    return distribute(t, Layout::batch_sharded(mesh, "data", 2));
-  }
-  Mesh mesh;
-  TransformerLM model;
-  Adam adam;
+      : LmTrainer(three_layers(), test_mesh({{"data", 8}}), plan, 1e-3),
+        tokens(make_tokens(mesh())) {}
+  std::string program() { return captured().program_string({tokens, tokens}); }
   DTensor tokens;
-  std::vector<DVariable> vars;
-  Function step;
 };
 
 // The prefetch calls of a captured program, in order: S (a flight started), T (a weight taken),
@@ -79,7 +61,7 @@ std::string prefetch_calls(const std::string& program) {
 
 TEST_CASE("the captured step starts the next block's gathers before this block computes") {
   Trainer3 s({"data", "", "", true, true, true});
-  s.step({s.tokens});
+  s.step(s.tokens, s.tokens);
   const std::string t8(8, 'T'), t6(6, 'T');
   // Forward: block 0's flight, then per block: the next block's flight, this block's 8 takes
   // (norms and matmuls), its compute marks. Backward (block 2 first): its mark, its own flight
@@ -87,19 +69,19 @@ TEST_CASE("the captured step starts the next block's gathers before this block c
   // block 0's; block 0 starts none.
   const std::string forward = "S" + ("S" + t8 + "MM") + ("S" + t8 + "MM") + (t8 + "MM");
   const std::string backward = ("MSS" + t6 + "M") + ("MS" + t6 + "M") + ("M" + t6 + "M");
-  CHECK(prefetch_calls(s.step.program_string({s.tokens})) == forward + backward);
+  CHECK(prefetch_calls(s.program()) == forward + backward);
   // Without resharding, backward uses the weights kept from forward.
   Trainer3 kept({"data", "", "", true, false, true});
-  kept.step({kept.tokens});
-  CHECK(prefetch_calls(kept.step.program_string({kept.tokens})) == forward);
+  kept.step(kept.tokens, kept.tokens);
+  CHECK(prefetch_calls(kept.program()) == forward);
 }
 
 TEST_CASE("a replayed step's timeline has every gather done before its block computes") {
   Trainer3 s({"data", "", "", true, true, true});
-  s.step({s.tokens});  // trace
-  s.model.timeline().enable();
-  s.step({s.tokens});  // replay
-  const std::vector<Timeline::Span> spans = s.model.timeline().spans();
+  s.step(s.tokens, s.tokens);  // trace
+  s.model().timeline().enable();
+  s.step(s.tokens, s.tokens);  // replay
+  const std::vector<Timeline::Span> spans = s.model().timeline().spans();
   auto find = [&](const std::string& name) {
     for (const Timeline::Span& sp : spans) {
       if (sp.name == name) return sp;
@@ -120,7 +102,7 @@ TEST_CASE("a replayed step's timeline has every gather done before its block com
     CHECK(bg.end_us <= bc.end_us);
     CHECK(fc.end_us <= bc.begin_us);
   }
-  const std::string json = s.model.timeline().chrome_trace_json();
+  const std::string json = s.model().timeline().chrome_trace_json();
   CHECK(json.find("\"name\": \"block1 gather (forward)\", \"ph\": \"X\"") != std::string::npos);
   CHECK(json.find("\"args\": {\"name\": \"gather\"}") != std::string::npos);
 }
@@ -131,14 +113,9 @@ TEST_CASE("prefetching holds two blocks of gathered weights at the peak, not mor
   const int64_t block_params = 4 * (4 * d * d + 2 * d * h + 2 * d);
   auto peak = [](const ParallelPlan& plan) {
     Trainer3 s(plan);
-    s.model.gather_meter().reset();
-    {
-      GradientTape tape;
-      for (const DVariable& v : s.vars) tape.watch(v);
-      DTensor loss = reduce_mean(lm_loss()(s.tokens, s.model.call(s.tokens, true)));
-      s.adam.apply(s.vars, tape.gradient(loss, s.vars));
-    }
-    return s.model.gather_meter().peak_bytes();
+    s.model().gather_meter().reset();
+    s.eager_step(s.tokens, s.tokens);
+    return s.model().gather_meter().peak_bytes();
   };
   const int64_t plain = peak({"data", "", "", true, true});
   const int64_t prefetched = peak({"data", "", "", true, true, true});
