@@ -200,11 +200,14 @@ GatherFlight start_gathers(GatherThread& thread, const std::vector<DTensor>& sto
   if (StepObserver* hook = StepObserver::active()) {
     StepObserver::Inputs inputs;
     for (const DTensor& s : stored) inputs.push_back(&s);
-    hook->effect("fsdp_gather_start", inputs, [state, on, watch](const StepObserver::Inputs& in) {
-      std::vector<DTensor> values;
-      for (const DTensor* x : in) values.push_back(*x);
-      state->launch(*on, std::move(values), watch);
-    });
+    // The meter counts eager steps only: in replays its handles would keep copies alive longer.
+    const GatherWatch replayed{watch.timeline, nullptr};
+    hook->effect("fsdp_gather_start", inputs,
+                 [state, on, replayed](const StepObserver::Inputs& in) {
+                   std::vector<DTensor> values;
+                   for (const DTensor* x : in) values.push_back(*x);
+                   state->launch(*on, std::move(values), replayed);
+                 });
   } else {
     state->launch(thread, stored, watch);
   }

@@ -98,7 +98,8 @@ class GatherThread {
 constexpr std::chrono::seconds kGatherTimeout{120};
 
 // Who hears of a flight's gathers: the timeline (a span on its "gather" lane) and the meter (each
-// gathered copy, as it is made). Both borrowed; either may be null.
+// gathered copy, as it is made; eager steps only, not replays of a captured one). Both borrowed;
+// either may be null.
 struct GatherWatch {
   Timeline* timeline = nullptr;
   GatherMeter* meter = nullptr;
