@@ -15,8 +15,8 @@ using namespace op_internal;  // NOLINT: the shared machinery of every family fi
 
 namespace {
 
-DTensor matmul_forward(const DTensor& a_in, const DTensor& b_in, bool transpose_a,
-                       bool transpose_b, bool f32_output) {
+DTensor matmul_forward(const DTensor& a_in, const DTensor& b_in, bool transpose_a, bool transpose_b,
+                       bool f32_output) {
   check_same_mesh("matmul", {&a_in, &b_in});
   check_same_dtype("matmul", a_in, b_in);
   // The deterministic mode takes no partial operand: its chunked sums need whole ones.
