@@ -4,6 +4,10 @@
 // ("transformer_resident") and their peak during an eager training step, the live gathered
 // copies counted by the model's GatherMeter ("transformer_peak"); then the median captured-step
 // time of each plan, the plans taking turns for --rounds rounds ("transformer_step").
+// --plans=meshes times the step on data=1, data=8, model=8 and data=2,seq=2,model=2 (fsdp)
+// instead, without the memory figures; its lines say whether the deterministic mode
+// (DTENSOR_DETERMINISTIC=1, read once per process) was on: bench/deterministic_cost.sh runs it
+// with the mode off and on in turn.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -13,6 +17,7 @@
 #include "cli/flags.h"
 #include "dtensor/creation.h"
 #include "ops/autograd.h"
+#include "ops/expand.h"
 #include "ops/ops.h"
 #include "train/capture/function.h"
 #include "train/optim/optimizers.h"
@@ -78,25 +83,44 @@ struct Setup {
 
 int main(int argc, char** argv) {
   int64_t rounds = 7;
+  std::string which = "fsdp";
   dtensor::cli::Flags flags("transformer_fsdp",
                             "Per-device parameter memory and step time of fully_shard, with and "
                             "without reshard_after_forward.");
   flags.add_int("--rounds", &rounds, "interleaved timing rounds", 1);
+  flags.add_string("--plans", &which, "fsdp (memory and step of each fsdp plan) or meshes",
+                   [](const std::string& v) {
+                     return v == "fsdp" || v == "meshes" ? std::string()
+                                                         : "must be fsdp or meshes, got " + v;
+                   });
   if (std::optional<int> code = flags.parse(argc, argv)) return *code;
+  const bool meshes = which == "meshes";
   struct Named {
     std::string mesh, plan;
     std::unique_ptr<Setup> setup;
   };
   std::vector<Named> setups;
-  const std::vector<std::pair<std::string, ParallelPlan>> cases = {
-      {"data=8", {"data", "", "", false}},
-      {"data=8", {"data", "", "", true}},
-      {"data=8", {"data", "", "", true, true}},
-      {"data=2,seq=2,model=2", {"data", "model", "seq", false}},
-      {"data=2,seq=2,model=2", {"data", "model", "seq", true}},
-      {"data=2,seq=2,model=2", {"data", "model", "seq", true, true}}};
+  const std::vector<std::pair<std::string, ParallelPlan>> cases =
+      meshes
+          ? std::vector<std::pair<std::string, ParallelPlan>>{{"data=1", {}},
+                                                              {"data=8", {"data", "", "", false}},
+                                                              {"model=8", {"", "model", "", false}},
+                                                              {"data=2,seq=2,model=2",
+                                                               {"data", "model", "seq", true}}}
+          : std::vector<std::pair<std::string, ParallelPlan>>{
+                {"data=8", {"data", "", "", false}},
+                {"data=8", {"data", "", "", true}},
+                {"data=8", {"data", "", "", true, true}},
+                {"data=2,seq=2,model=2", {"data", "model", "seq", false}},
+                {"data=2,seq=2,model=2", {"data", "model", "seq", true}},
+                {"data=2,seq=2,model=2", {"data", "model", "seq", true, true}}};
   for (const auto& [spec, plan] : cases) {
     auto s = std::make_unique<Setup>(spec, plan);
+    if (meshes) {
+      s->step({s->tokens, s->tokens});  // trace
+      setups.push_back({spec, plan.to_string(), std::move(s)});
+      continue;
+    }
     s->model.gather_meter().reset();
     s->train(s->tokens, s->tokens);  // eager: the meter sees every gather
     const int64_t resident = s->resident();
@@ -122,8 +146,10 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < setups.size(); ++i) {
     std::vector<double>& v = seconds[i];
     std::sort(v.begin(), v.end());
-    dtensor::bench::report("transformer_step", {{"mesh", setups[i].mesh}, {"plan", setups[i].plan}},
-                           1e3 * v[v.size() / 2], "ms");
+    std::vector<dtensor::bench::Field> params = {{"mesh", setups[i].mesh},
+                                                 {"plan", setups[i].plan}};
+    if (meshes) params.push_back({"deterministic", int64_t{deterministic_sums() ? 1 : 0}});
+    dtensor::bench::report("transformer_step", params, 1e3 * v[v.size() / 2], "ms");
   }
   return 0;
 }

@@ -61,8 +61,9 @@ DTensor reduce_forward(const char* name, ReduceKind kind, const DTensor& x,
   // batch sums to one device's bits. In the deterministic mode every float sum is, over one axis
   // at a time (deterministic_reduce).
   Stacking stacking;
-  const bool chunked = deterministic_sums() ? axes.size() == 1 : axes.front() == 0;
-  if (sum_like && is_floating(x.dtype()) && !axes.empty() && chunked) {
+  const bool chunked =
+      !axes.empty() && (deterministic_sums() ? axes.size() == 1 : axes.front() == 0);
+  if (sum_like && is_floating(x.dtype()) && chunked) {
     const int64_t axis = axes.front();
     stacking.contraction_axes = {axis};
     stacking.chunk_rows =
