@@ -310,11 +310,43 @@ Tensor axis_slice(const Tensor& t, int64_t axis, int64_t begin, int64_t end) {
   return out;
 }
 
+// sum_in_order's additions in one pass over host memory, for f32 and f64 parts on CPU devices
+// (the deterministic mode runs it for every chunked sum); nullopt otherwise.
+template <typename T>
+Tensor host_sum(const std::vector<const Tensor*>& parts, const Device& device) {
+  const int64_t n = parts[0]->num_elements();
+  std::vector<double> acc(static_cast<size_t>(n), 0.0);
+  for (const Tensor* part : parts) {
+    const T* p = part->data<T>();
+    for (int64_t i = 0; i < n; ++i) acc[static_cast<size_t>(i)] += static_cast<double>(p[i]);
+  }
+  Tensor out = Tensor::empty(parts[0]->shape(), parts[0]->dtype(), device);
+  T* o = out.data<T>();
+  for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(acc[static_cast<size_t>(i)]);
+  return out;
+}
+
+std::optional<Tensor> sum_in_order_on_host(const std::vector<const Tensor*>& parts,
+                                           const Device& device) {
+  const DType dtype = parts[0]->dtype();
+  if (device.type != DeviceType::kCPU || (dtype != DType::kF32 && dtype != DType::kF64)) {
+    return std::nullopt;
+  }
+  for (const Tensor* part : parts) {
+    if (part->device().type != DeviceType::kCPU || part->dtype() != dtype ||
+        part->shape() != parts[0]->shape()) {
+      return std::nullopt;
+    }
+  }
+  return dtype == DType::kF32 ? host_sum<float>(parts, device) : host_sum<double>(parts, device);
+}
+
 // The sum of `parts` (same shape and dtype), added in order in f64 from zero and rounded once
 // (bf16 through f32), on `device`. Through the kernel front, so that GPU meshes add the same
 // way as CPU meshes: a part on another device is copied there first.
 Tensor sum_in_order(const std::vector<const Tensor*>& parts, const Device& device) {
   const Tensor& first = *parts[0];
+  if (std::optional<Tensor> sum = sum_in_order_on_host(parts, device)) return std::move(*sum);
   Tensor acc = Tensor::zeros(first.shape(), DType::kF64, device);
   for (const Tensor* part : parts) {
     acc = kernels::binary(kernels::BinaryOp::kAdd, acc,
