@@ -381,10 +381,10 @@ void check_process_chunks(const DTensor& input, int64_t axis, const std::vector<
     if (first_of_process && start % chunk != 0) {
       throw_error<ShapeError>(
           op,
-          "the deterministic mode (DTENSOR_DETERMINISTIC=1) sums chunks of {} rows across "
-          "processes, but process {}'s rows of {} start at row {} of the group (devices {}): "
-          "split the batch so that every process holds whole chunks",
-          chunk, mesh.owner_process(devices[i]), input.short_string(), start,
+          "the deterministic mode (DTENSOR_DETERMINISTIC=1) sums chunks of {} along dim {} "
+          "across processes, but process {}'s part of {} starts at {} of the group (devices {}): "
+          "split that dim so that every process holds whole chunks",
+          chunk, axis, mesh.owner_process(devices[i]), input.short_string(), start,
           fmt::join(devices, ","));
     }
     start += rows[i];
