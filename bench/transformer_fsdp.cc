@@ -12,6 +12,10 @@
 // ("transformer_span", microseconds from the step's start) and how long each gather ran while a
 // block computed ("transformer_overlap"); --trace writes data=8's fsdp+reshard+prefetch step as
 // a chrome://tracing JSON.
+// --plans=meshes times the step on data=1, data=8, model=8 and data=2,seq=2,model=2 (fsdp)
+// instead, without the memory figures; its lines say whether the deterministic mode
+// (DTENSOR_DETERMINISTIC=1, read once per process) was on: bench/deterministic_cost.sh runs it
+// with the mode off and on in turn.
 #include <algorithm>
 #include <fstream>
 #include <memory>
@@ -21,6 +25,7 @@
 #include "bench/report.h"
 #include "cli/flags.h"
 #include "dtensor/creation.h"
+#include "ops/expand.h"
 #include "ops/ops.h"
 #include "train/parallel/lm_trainer.h"
 
@@ -93,12 +98,18 @@ int main(int argc, char** argv) {
   dtensor::cli::Flags flags("transformer_fsdp",
                             "Per-device parameter memory and step time of fully_shard, with and "
                             "without reshard_after_forward.");
-  std::string trace;
+  std::string trace, which = "fsdp";
   flags.add_int("--rounds", &rounds, "interleaved timing rounds", 1);
   flags.add_int("--layers", &layers, "transformer blocks", 1);
   flags.add_path("--trace", &trace, "chrome-trace JSON of data=8's prefetched step",
                  dtensor::cli::PathKind::kOutputFile);
+  flags.add_string("--plans", &which, "fsdp (memory and step of each fsdp plan) or meshes",
+                   [](const std::string& v) {
+                     return v == "fsdp" || v == "meshes" ? std::string()
+                                                         : "must be fsdp or meshes, got " + v;
+                   });
   if (std::optional<int> code = flags.parse(argc, argv)) return *code;
+  const bool meshes = which == "meshes";
   struct Named {
     std::string mesh, plan;
     std::unique_ptr<Setup> setup;
@@ -110,7 +121,11 @@ int main(int argc, char** argv) {
     bool fused = false;
   };
   const ParallelPlan dp = {"data", "", "", false}, three_d = {"data", "model", "seq", true};
-  const std::vector<Case> cases = {
+  const std::vector<Case> mesh_cases = {{"data=1", {}},
+                                        {"data=8", dp},
+                                        {"model=8", {"", "model", "", false}},
+                                        {"data=2,seq=2,model=2", three_d}};
+  const std::vector<Case> fsdp_cases = {
       {"data=1", dp},
       {"data=1", dp, true},
       {"data=8", dp},
@@ -126,8 +141,13 @@ int main(int argc, char** argv) {
       {"data=2,seq=2,model=2", {"data", "model", "seq", true, true}},
       {"data=2,seq=2,model=2", {"data", "model", "seq", true, true, true}}};
   int64_t replicated = 0;  // resident bytes of the replicated plan on the mesh being run
-  for (const auto& [spec, plan, fused] : cases) {
+  for (const auto& [spec, plan, fused] : meshes ? mesh_cases : fsdp_cases) {
     auto s = std::make_unique<Setup>(spec, plan, fused);
+    if (meshes) {
+      s->step(s->tokens, s->tokens);  // trace
+      setups.push_back({spec, plan.to_string(), std::move(s)});
+      continue;
+    }
     s->model().gather_meter().reset();
     s->eager_step(s->tokens, s->tokens);  // the meter sees every gather
     const int64_t resident = s->resident();
@@ -158,8 +178,9 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < setups.size(); ++i) {
     std::vector<double>& v = seconds[i];
     std::sort(v.begin(), v.end());
-    const std::vector<dtensor::bench::Field> params = {{"mesh", setups[i].mesh},
-                                                       {"plan", setups[i].plan}};
+    std::vector<dtensor::bench::Field> params = {{"mesh", setups[i].mesh},
+                                                 {"plan", setups[i].plan}};
+    if (meshes) params.push_back({"deterministic", int64_t{deterministic_sums() ? 1 : 0}});
     dtensor::bench::report("transformer_step", params, 1e3 * v[v.size() / 2], "ms");
     dtensor::bench::report("transformer_tokens", params,
                            static_cast<double>(kBatch * kContext) / v[v.size() / 2], "tokens/s");

@@ -298,11 +298,55 @@ Tensor leading_rows(const Tensor& t, int64_t begin, int64_t end) {
   return out;
 }
 
+// Entries [begin, end) of `t` along `axis`: leading_rows for axis 0, else a copy.
+Tensor axis_slice(const Tensor& t, int64_t axis, int64_t begin, int64_t end) {
+  if (axis == 0) return leading_rows(t, begin, end);
+  Shape shape = t.shape();
+  shape[static_cast<size_t>(axis)] = end - begin;
+  Tensor out = Tensor::empty(shape, t.dtype(), t.device());
+  std::vector<int64_t> from(shape.size(), 0);
+  from[static_cast<size_t>(axis)] = begin;
+  copy_box(t, from, out, std::vector<int64_t>(shape.size(), 0), shape);
+  return out;
+}
+
+// sum_in_order's additions in one pass over host memory, for f32 and f64 parts on CPU devices
+// (the deterministic mode runs it for every chunked sum); nullopt otherwise.
+template <typename T>
+Tensor host_sum(const std::vector<const Tensor*>& parts, const Device& device) {
+  const int64_t n = parts[0]->num_elements();
+  std::vector<double> acc(static_cast<size_t>(n), 0.0);
+  for (const Tensor* part : parts) {
+    const T* p = part->data<T>();
+    for (int64_t i = 0; i < n; ++i) acc[static_cast<size_t>(i)] += static_cast<double>(p[i]);
+  }
+  Tensor out = Tensor::empty(parts[0]->shape(), parts[0]->dtype(), device);
+  T* o = out.data<T>();
+  for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(acc[static_cast<size_t>(i)]);
+  return out;
+}
+
+std::optional<Tensor> sum_in_order_on_host(const std::vector<const Tensor*>& parts,
+                                           const Device& device) {
+  const DType dtype = parts[0]->dtype();
+  if (device.type != DeviceType::kCPU || (dtype != DType::kF32 && dtype != DType::kF64)) {
+    return std::nullopt;
+  }
+  for (const Tensor* part : parts) {
+    if (part->device().type != DeviceType::kCPU || part->dtype() != dtype ||
+        part->shape() != parts[0]->shape()) {
+      return std::nullopt;
+    }
+  }
+  return dtype == DType::kF32 ? host_sum<float>(parts, device) : host_sum<double>(parts, device);
+}
+
 // The sum of `parts` (same shape and dtype), added in order in f64 from zero and rounded once
 // (bf16 through f32), on `device`. Through the kernel front, so that GPU meshes add the same
 // way as CPU meshes: a part on another device is copied there first.
 Tensor sum_in_order(const std::vector<const Tensor*>& parts, const Device& device) {
   const Tensor& first = *parts[0];
+  if (std::optional<Tensor> sum = sum_in_order_on_host(parts, device)) return std::move(*sum);
   Tensor acc = Tensor::zeros(first.shape(), DType::kF64, device);
   for (const Tensor* part : parts) {
     acc = kernels::binary(kernels::BinaryOp::kAdd, acc,
@@ -313,20 +357,23 @@ Tensor sum_in_order(const std::vector<const Tensor*>& parts, const Device& devic
   return first.dtype() == DType::kF32 ? f32 : kernels::cast(f32, first.dtype());
 }
 
-// The rows of `input`'s dim 0 on each device of `devices` (global ids), from its layout.
-std::vector<int64_t> rows_by_device(const DTensor& input, const std::vector<int64_t>& devices) {
+// The extent of `input`'s dim `axis` on each device of `devices` (global ids), from its layout.
+std::vector<int64_t> rows_by_device(const DTensor& input, int64_t axis,
+                                    const std::vector<int64_t>& devices) {
   std::vector<int64_t> rows;
-  for (int64_t id : devices) rows.push_back(input.layout().shard_shape(input.shape(), id)[0]);
+  for (int64_t id : devices) {
+    rows.push_back(input.layout().shard_shape(input.shape(), id)[static_cast<size_t>(axis)]);
+  }
   return rows;
 }
 
 // The deterministic mode's cross-process part of a chunked partial sum: a group whose members
 // live in several processes can only fold in the one-process order if every process's rows start
 // on a chunk boundary; throws "[op] ..." naming the split otherwise.
-void check_process_chunks(const DTensor& input, const std::vector<int64_t>& devices, int64_t chunk,
-                          const char* op) {
+void check_process_chunks(const DTensor& input, int64_t axis, const std::vector<int64_t>& devices,
+                          int64_t chunk, const char* op) {
   const Mesh& mesh = input.layout().mesh();
-  const std::vector<int64_t> rows = rows_by_device(input, devices);
+  const std::vector<int64_t> rows = rows_by_device(input, axis, devices);
   int64_t start = 0;
   for (size_t i = 0; i < devices.size(); ++i) {
     const bool first_of_process =
@@ -334,10 +381,10 @@ void check_process_chunks(const DTensor& input, const std::vector<int64_t>& devi
     if (first_of_process && start % chunk != 0) {
       throw_error<ShapeError>(
           op,
-          "the deterministic mode (DTENSOR_DETERMINISTIC=1) sums chunks of {} rows across "
-          "processes, but process {}'s rows of {} start at row {} of the group (devices {}): "
-          "split the batch so that every process holds whole chunks",
-          chunk, mesh.owner_process(devices[i]), input.short_string(), start,
+          "the deterministic mode (DTENSOR_DETERMINISTIC=1) sums chunks of {} along dim {} "
+          "across processes, but process {}'s part of {} starts at {} of the group (devices {}): "
+          "split that dim so that every process holds whole chunks",
+          chunk, axis, mesh.owner_process(devices[i]), input.short_string(), start,
           fmt::join(devices, ","));
     }
     start += rows[i];
@@ -405,8 +452,9 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
       !is_floating(output_dtype) || ThreadPool::in_worker()) {
     return false;
   }
+  const std::vector<int64_t>& axes = stacking.contraction_axes;
   for (size_t k = 0; k < inputs.size(); ++k) {
-    if (stacking.contraction_axes[k] != 0 || inputs[k]->rank() == 0) return false;
+    if (axes[k] < 0 || axes[k] >= inputs[k]->rank()) return false;
   }
   for (const PartialDim& p : output_layout.partial()) {
     if (p.op != ReduceOp::kSum) return false;
@@ -451,16 +499,16 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
       if (std::none_of(ids.begin(), ids.end(), [&](int64_t id) { return mesh.is_local(id); })) {
         continue;
       }
-      check_process_chunks(*inputs[0], ids, chunk, stacking.op);
+      check_process_chunks(*inputs[0], axes[0], ids, chunk, stacking.op);
       global_groups.push_back(std::move(ids));
     }
   }
   for (Group& g : groups) {
     bool aligned = true;
     for (size_t t = 0; t < g.terms.size(); ++t) {
-      const int64_t rows = inputs[0]->shard(g.terms[t]).dim(0);
-      for (const DTensor* in : inputs) {
-        if (in->shard(g.terms[t]).dim(0) != rows) return false;
+      const int64_t rows = inputs[0]->shard(g.terms[t]).dim(axes[0]);
+      for (size_t k = 0; k < inputs.size(); ++k) {
+        if (inputs[k]->shard(g.terms[t]).dim(axes[k]) != rows) return false;
       }
       aligned = aligned && (t + 1 == g.terms.size() || rows % chunk == 0);
     }
@@ -473,8 +521,8 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
       continue;
     }
     std::vector<Tensor> joined;
-    for (const DTensor* in : inputs) {
-      std::optional<Tensor> all = concat_shards(*in, g.terms, 0);
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      std::optional<Tensor> all = concat_shards(*inputs[k], g.terms, axes[k]);
       if (!all) return false;
       joined.push_back(std::move(*all));
     }
@@ -487,13 +535,15 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
     g.first_chunk = chunk_args.size();
     for (size_t p = 0; p < g.parts.size(); ++p) {
       const std::vector<Tensor>& part = g.parts[p];
-      const int64_t rows = part[0].dim(0);
+      const int64_t rows = part[0].dim(axes[0]);
       // A part per term, or the terms put together: the first term gives all its chunks.
       const size_t owner = g.terms[g.parts.size() == g.terms.size() ? p : 0];
       for (int64_t begin = 0; begin < rows || (begin == 0 && rows == 0); begin += chunk) {
         const int64_t end = std::min(rows, begin + chunk);
         std::vector<Tensor> args;
-        for (const Tensor& t : part) args.push_back(leading_rows(t, begin, end));
+        for (size_t k = 0; k < part.size(); ++k) {
+          args.push_back(axis_slice(part[k], axes[k], begin, end));
+        }
         chunk_args.push_back(std::move(args));
         chunk_owner.push_back(owner);
         if (rows == 0) break;

@@ -46,25 +46,28 @@ struct Stacking {
   // (Tensor::shared_zeros), which reductions skip. The later all-reduce across the group only
   // moves the one sum; a group that spans processes sends one term per process.
   std::vector<int64_t> contraction_axes;
-  // > 0, with every contraction axis 0 and a floating output: the sum is batch-invariant. The
-  // kernel runs on chunks of this many rows of the contraction axis (counted from the start of
-  // the global axis), one BLAS thread each, and the chunk values add in order (in f64, rounded
-  // once). A partial group's members give their chunks without being put together when their
-  // shards start on chunk boundaries (are put together first otherwise), so one device and any
-  // in-process split of the axis compute the same bits: towers train exactly like one device.
+  // > 0, with a floating output: the sum is batch-invariant. The kernel runs on chunks of this
+  // many rows of the contraction axes (counted from the start of the global axis; axis 0 but in
+  // the deterministic mode), one BLAS thread each, and the chunk values add in order (in f64,
+  // rounded once). A partial group's members give their chunks without being put together when
+  // their shards start on chunk boundaries (are put together first otherwise), so one device and
+  // any in-process split of the axis compute the same bits: towers train exactly like one device.
   int64_t chunk_rows = 0;
   // The op, for errors (a string literal; op_internal's expand sets it).
   const char* op = "run_local";
 };
 
 // The deterministic mode (one switch: DTENSOR_DETERMINISTIC=1 in the environment, read once):
-// batch-invariant sums also hold across processes, so that a job on any number of processes and
-// hosts gives the bits of the one-process run with the same switch. Every batch sum is then
-// chunked (matmul's weight gradient too, and small sums in eight chunks as well), and a partial
-// group that spans processes exchanges its members' chunk values (an all-to-all: each member
-// gets its share of the elements of every chunk) and adds them in the one-process order (chunk 0
-// first) before its all-reduce, which then adds exact zeros. Costs an all-to-all of the chunk
-// values per batch sum: for jobs that must reproduce a run exactly.
+// every float sum is layout-invariant, so that one device, any mesh (a contraction split over
+// model or seq included) and any number of processes and hosts give the same bits. Every float
+// contraction is chunked, on one device as well: matmul's K (any rank), each axis of a
+// reduce_sum/mean in turn (last first), the softmax family composed from those reductions on
+// every layout, an embedding as a one-hot product; partial operands are reduced first, and small
+// sums are cut into eight chunks too. A partial group's chunk values add in the one-process order
+// on its first member, zeros elsewhere, so that the collective that completes it adds exact
+// zeros; a group that spans processes first exchanges its members' chunk values (an all-to-all:
+// each member gets its share of the elements of every chunk). For jobs that must reproduce a run
+// exactly: bench/deterministic_cost.sh measures the cost.
 bool deterministic_sums();
 
 // The chunk of a batch-invariant sum over an axis of global size `extent` (Stacking::chunk_rows):

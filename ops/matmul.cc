@@ -15,10 +15,13 @@ using namespace op_internal;  // NOLINT: the shared machinery of every family fi
 
 namespace {
 
-DTensor matmul_forward(const DTensor& a, const DTensor& b, bool transpose_a, bool transpose_b,
+DTensor matmul_forward(const DTensor& a_in, const DTensor& b_in, bool transpose_a, bool transpose_b,
                        bool f32_output) {
-  check_same_mesh("matmul", {&a, &b});
-  check_same_dtype("matmul", a, b);
+  check_same_mesh("matmul", {&a_in, &b_in});
+  check_same_dtype("matmul", a_in, b_in);
+  // The deterministic mode takes no partial operand: its chunked sums need whole ones.
+  const DTensor a = deterministic_sums() ? without_partial(a_in) : a_in;
+  const DTensor b = deterministic_sums() ? without_partial(b_in) : b_in;
   if (a.rank() < 2 || b.rank() < 2) {
     throw_error<ShapeError>("matmul", "operands need rank >= 2: {} x {}", a.short_string(),
                             b.short_string());
@@ -76,11 +79,13 @@ DTensor matmul_forward(const DTensor& a, const DTensor& b, bool transpose_a, boo
   if (a.rank() == 2 && b.rank() == 2) {
     stacking.rows_of = transpose_a ? -1 : 0;
     stacking.contraction_axes = {transpose_a ? 0 : 1, transpose_b ? 1 : 0};
-    // aᵀb sums over the rows of both (a weight gradient sums over the batch): in the
-    // deterministic mode a batch-invariant sum (ops/expand.h).
-    if (transpose_a && !transpose_b && deterministic_sums()) {
-      stacking.chunk_rows = invariant_chunk_rows(ka, flops);
-    }
+  }
+  // The deterministic mode sums every product over K in fixed chunks of the global K, added in
+  // order (ops/expand.h): one device, K split over a mesh dim and K split over processes give
+  // the same bits.
+  if (deterministic_sums() && is_floating(a.dtype()) && !f32_output) {
+    stacking.contraction_axes = {ra - (transpose_a ? 2 : 1), rb - (transpose_b ? 1 : 2)};
+    stacking.chunk_rows = invariant_chunk_rows(ka, flops);
   }
   return expand(
       sig, {&a, &b}, out, f32_output ? DType::kF32 : a.dtype(), flops,
@@ -124,7 +129,8 @@ DTensor dense_forward(const DTensor& x, const DTensor& w, const DTensor& b,
   OpSignature sig{"dense", relu_after ? "relu" : "", {dx, dw, db}, out_letters, Linearity::kNone};
   // A sharded K makes the product partial: the bias and the activation must wait for the sum,
   // so that case runs unfused (the reduction happens where add needs it).
-  if (decide_sharding(sig, {&x, &w, &b})->output.is_partial()) {
+  // The deterministic mode's chunked sums are matmul's.
+  if (deterministic_sums() || decide_sharding(sig, {&x, &w, &b})->output.is_partial()) {
     DTensor y = add(matmul_forward(x, w, false, false, f32_output), b);
     return relu_after ? relu(y) : y;
   }

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "kernels/kernels.h"
+#include "ops/expand.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
 
@@ -15,11 +16,34 @@ namespace {
 
 using kernels::ReduceKind;
 
+DTensor reduce_forward(const char* name, ReduceKind kind, const DTensor& x,
+                       const std::vector<int64_t>& axes, bool keepdims);
+
+// The deterministic mode's float sum or mean: partial terms reduced first, then one chunked sum
+// per axis, the last axis first, so that the order of every addition is fixed by the global
+// shape whatever the layout (ops/expand.h). A mean scales the sum once.
+DTensor deterministic_reduce(const char* name, ReduceKind kind, const DTensor& x_in,
+                             const std::vector<int64_t>& axes, bool keepdims) {
+  DTensor x = without_partial(x_in);
+  if (axes.size() == 1) return reduce_forward(name, kind, x, axes, keepdims);
+  double count = 1;
+  for (int64_t a : axes) count *= static_cast<double>(x.shape()[a]);
+  for (size_t i = axes.size(); i-- > 0;) {
+    x = without_partial(reduce_forward(name, ReduceKind::kSum, x, {axes[i]}, true));
+  }
+  if (kind == ReduceKind::kMean) x = scale(x, 1.0 / count);
+  return keepdims ? x : reshape(x, reduced_shape(x_in.shape(), axes, false));
+}
+
 // `axes` are already checked (checked_axes).
 DTensor reduce_forward(const char* name, ReduceKind kind, const DTensor& x,
                        const std::vector<int64_t>& axes, bool keepdims) {
   const bool is_mean = kind == ReduceKind::kMean;
   const bool sum_like = kind == ReduceKind::kSum || is_mean;
+  if (sum_like && is_floating(x.dtype()) && deterministic_sums() &&
+      (axes.size() > 1 || x.layout().is_partial())) {
+    return deterministic_reduce(name, kind, x, axes, keepdims);
+  }
   // Integer means truncate, so they cannot be split into partial terms: reduce whole axes.
   const DTensor in = is_mean && !is_floating(x.dtype()) ? unshard_axes(x, axes) : x;
   OpSignature sig{name,
@@ -34,11 +58,16 @@ DTensor reduce_forward(const char* name, ReduceKind kind, const DTensor& x,
   for (int64_t a : axes) count *= static_cast<double>(x.shape()[a]);
   const bool float_mean = is_mean && is_floating(x.dtype());
   // Float sums over the leading axis (a batch's) are batch-invariant (ops/expand.h): a sharded
-  // batch sums to one device's bits.
+  // batch sums to one device's bits. In the deterministic mode every float sum is, over one axis
+  // at a time (deterministic_reduce).
   Stacking stacking;
-  if (sum_like && is_floating(x.dtype()) && !axes.empty() && axes.front() == 0) {
-    stacking.contraction_axes = {0};
-    stacking.chunk_rows = invariant_chunk_rows(x.shape()[0], static_cast<double>(x.num_elements()));
+  const bool chunked =
+      !axes.empty() && (deterministic_sums() ? axes.size() == 1 : axes.front() == 0);
+  if (sum_like && is_floating(x.dtype()) && chunked) {
+    const int64_t axis = axes.front();
+    stacking.contraction_axes = {axis};
+    stacking.chunk_rows =
+        invariant_chunk_rows(x.shape()[axis], static_cast<double>(x.num_elements()));
   }
   return expand(
       sig, {&in}, reduced_shape(x.shape(), axes, keepdims), x.dtype(),

@@ -7,6 +7,7 @@
 #include "dtensor/relayout.h"
 #include "dtensor/step_observer.h"
 #include "kernels/kernels.h"
+#include "ops/expand.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
 
@@ -25,7 +26,11 @@ void check_floating(const char* op, const DTensor& x) {
   }
 }
 
-bool axis_sharded(const DTensor& x, int64_t axis) { return x.layout().is_sharded(axis); }
+// The deterministic mode composes the ops on every layout: one device then sums the axis in the
+// chunks a sharded axis is summed in (ops/expand.h).
+bool axis_sharded(const DTensor& x, int64_t axis) {
+  return deterministic_sums() || x.layout().is_sharded(axis);
+}
 
 // The fused local kernel along an unsharded `axis` (dropped, or kept as size 1 with
 // `keepdims`, when `drops_axis`).

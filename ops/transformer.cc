@@ -19,6 +19,7 @@
 #include "dtensor/creation.h"
 #include "dtensor/step_observer.h"
 #include "kernels/kernels.h"
+#include "ops/expand.h"
 #include "ops/op_internal.h"
 #include "ops/ops.h"
 
@@ -67,7 +68,9 @@ DTensor embedding(const DTensor& table, const DTensor& ids) {
     throw_error<ShapeError>("embedding", "table {} must be [vocab, dim] (ids {})",
                             table.short_string(), ids.short_string());
   }
-  if (!table.layout().is_sharded(0)) return gather(table, ids, 0);
+  // The deterministic mode takes the one-hot product on every layout, so that one device sums
+  // the table's gradient as a vocab-sharded table is summed (ops/expand.h).
+  if (!table.layout().is_sharded(0) && !deterministic_sums()) return gather(table, ids, 0);
   // one_hot(ids) [..., V] x table [V, D]: the contraction over the sharded V is each device's
   // masked gather of its rows, and leaves a partial sum over V's mesh dim.
   // A rank-1 ids keeps matmul's rank >= 2 through a [1, ...] view; higher ranks broadcast the

@@ -78,3 +78,20 @@ def multi_host_test(name, programs):
         data = ["multi_host_lib.sh", "//tools:netns_cluster.sh"] + programs,
         tags = ["exclusive", "local", "multi_host"],
     )
+
+def mpirun_script_test(name, program, size = "medium"):
+    """`<name>.sh <mpirun_test.sh> <program>`: a script that runs `program` in one process and
+    under mpirun (through //tests:mpirun_test.sh) and compares the two.
+
+    Args:
+      name: the sh_test; its script is `<name>.sh`.
+      program: label of the program the script runs.
+      size: test size.
+    """
+    native.sh_test(
+        name = name,
+        size = size,
+        srcs = [name + ".sh"],
+        args = ["$(location //tests:mpirun_test.sh)", "$(location %s)" % program],
+        data = [program, "//tests:mpirun_test.sh"],
+    )

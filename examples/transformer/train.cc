@@ -11,6 +11,7 @@
 // vocab), `seq` (sequence parallel). The last 10% of the text is held out; the run reports the
 // held-out loss every --eval_every steps and at the end, against --loss_bound.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -43,7 +44,7 @@ struct Flags {
   int64_t eval_every = 100, eval_batches = 8;
   double lr = 2e-3, dropout = 0.1, loss_bound = 2.3;
   uint64_t seed = 7;
-  std::string checkpoint, resume, plot;
+  std::string checkpoint, resume, plot, loss_log;
 };
 
 // Printable ASCII and newline: 96 tokens (anything else reads as a space).
@@ -102,6 +103,17 @@ std::pair<Tensor, Tensor> batch_at(const std::vector<int32_t>& text, size_t begi
   return {x, y};
 }
 
+// The sum of |w| over every element of every weight, in a fixed order, in f64: one bit of any
+// weight changes it (runs that must agree bit for bit compare it).
+double weights_digest(const std::vector<DVariable>& vars) {
+  double sum = 0;
+  for (const DVariable& v : vars) {
+    const Tensor t = to_global(v.value());
+    for (int64_t i = 0; i < t.num_elements(); ++i) sum += std::fabs(t.data<float>()[i]);
+  }
+  return sum;
+}
+
 parallel::ParallelPlan plan_for(const Mesh& mesh, const Flags& f) {
   parallel::ParallelPlan plan;
   if (mesh.has_dim("data")) plan.data = "data";
@@ -157,6 +169,10 @@ int run(int argc, char** argv, const Runtime& rt) {
   cli.add_path("--resume", &f.resume, "restore the training state from here first (any mesh)",
                cli::PathKind::kInputDir);
   cli.add_path("--plot", &f.plot, "PNG of the train and held-out loss per step",
+               cli::PathKind::kOutputFile);
+  cli.add_path("--loss_log", &f.loss_log,
+               "write every step's training loss here, one line each: step, bits (%a), value; "
+               "then 'weights', the bits and value of the sum of |w| over every weight",
                cli::PathKind::kOutputFile);
   if (std::optional<int> code = cli.parse(argc, argv, rt.process_index() == 0)) return *code;
 
@@ -223,6 +239,8 @@ int run(int argc, char** argv, const Runtime& rt) {
     return sum / static_cast<double>(f.eval_batches);
   };
 
+  std::ofstream loss_log;
+  if (reporter && !f.loss_log.empty()) loss_log.open(f.loss_log);
   cli::Progress progress(1, reporter);
   progress.begin_epoch(0, f.steps, step);
   double loss = 0, held_out = 0;
@@ -239,6 +257,10 @@ int run(int argc, char** argv, const Runtime& rt) {
     ++step;
     train_curve.values.push_back(loss);
     train_curve.x.push_back(static_cast<double>(step));
+    if (loss_log.is_open()) {
+      loss_log << fmt::format("{} {:a} {:.9g}\n", step, static_cast<float>(loss), loss)
+               << std::flush;
+    }
     if (step % f.eval_every == 0 || step == f.steps) {
       held_out = held_out_loss();
       held_out_curve.values.push_back(held_out);
@@ -248,6 +270,10 @@ int run(int argc, char** argv, const Runtime& rt) {
     progress.step(step, {{"loss", loss}, {"val_loss", held_out}});
   }
   progress.end_epoch({{"loss", loss}, {"val_loss", held_out}});
+  if (!f.loss_log.empty()) {
+    const double digest = weights_digest(vars);  // every process: to_global gathers
+    if (loss_log.is_open()) loss_log << fmt::format("weights {:a} {:.17g}\n", digest, digest);
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double tokens = static_cast<double>((step - first) * f.batch * f.context);
