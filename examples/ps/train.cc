@@ -67,6 +67,7 @@ struct Flags {
   int64_t train_examples = -1;
   int64_t test_examples = -1;
   int64_t rejoin_wait_s = 0;
+  int64_t join_wait_s = 10;
   std::string checkpoint_dir;
   std::string metrics_out;
   bool sync = false;
@@ -99,6 +100,10 @@ void define_flags(cli::Flags& cli, Flags& f) {
                cli::PathKind::kOutputDir);
   cli.add_path("--metrics_out", &f.metrics_out, "epoch logs, .csv or JSON lines",
                cli::PathKind::kOutputFile);
+  cli.add_int("--join_wait_s", &f.join_wait_s,
+              "before the first step, wait up to this long for every worker to join (0: do not "
+              "wait; steps scheduled meanwhile go to the workers already there)",
+              0);
   cli.add_int("--rejoin_wait_s", &f.rejoin_wait_s,
               "at the end, wait up to this long for lost workers to rejoin (0: do not wait)", 0);
   cli.add_bool("--sync", &f.sync, "train synchronously in this process, without a cluster");
@@ -217,6 +222,15 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Waits up to `seconds` until every worker of the cluster answers the coordinator.
+void wait_for_workers(const ps::ClusterCoordinator& coordinator, int64_t seconds) {
+  const Clock::time_point end = Clock::now() + std::chrono::seconds(seconds);
+  const int64_t workers = coordinator.strategy().num_workers();
+  while (coordinator.live_workers() < workers && Clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 int run_chief(const ps::ClusterSpec& spec, const Flags& f) {
   const Examples examples = load_examples(f);
   fmt::print("data: {}\n", examples.description);
@@ -243,6 +257,7 @@ int run_chief(const ps::ClusterSpec& spec, const Flags& f) {
   }
   ps::ClusterCoordinator coordinator(strategy);
   coordinator.create_per_worker_dataset("train");
+  wait_for_workers(coordinator, f.join_wait_s);
   const int64_t epochs = (f.steps + f.steps_per_epoch - 1) / f.steps_per_epoch;
   cli::Progress progress(epochs, true);
   std::optional<keras::MetricsLogger> logger;
@@ -279,10 +294,7 @@ int run_chief(const ps::ClusterSpec& spec, const Flags& f) {
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   // A worker restarted late gets a bounded time to rejoin, so that it is told the job finished.
-  const Clock::time_point rejoin_end = Clock::now() + std::chrono::seconds(f.rejoin_wait_s);
-  while (coordinator.live_workers() < spec.num_workers() && Clock::now() < rejoin_end) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  wait_for_workers(coordinator, f.rejoin_wait_s);
   const std::map<std::string, Tensor> values = strategy.read_variables();
   for (DVariable v : model->variables()) v.assign(distribute(values.at(v.name()), v.layout()));
   double accuracy = 0;
