@@ -16,15 +16,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <string>
 
 #include <fmt/format.h>
 
 #include "cli/flags.h"
-#include "cli/precision_flag.h"
 #include "cli/plot.h"
+#include "cli/precision_flag.h"
 #include "cli/tensorboard.h"
 #include "dtensor/runtime.h"
 #include "dtensor/virtual_devices.h"
@@ -36,6 +35,7 @@
 #include "train/capture/function.h"
 #include "train/data/dataset.h"
 #include "train/data/idx.h"
+#include "train/data/mnist_dir.h"
 #include "train/optim/optimizers.h"
 #include "train/progress.h"
 
@@ -110,14 +110,6 @@ void define_flags(cli::Flags& cli, Flags& f) {
   cli::add_precision_flag(cli, &f.precision);
 }
 
-std::string find_file(const std::string& dir, const std::string& name) {
-  // Raw first: its images are read on demand (each process reads only its own examples).
-  for (const std::string& candidate : {dir + "/" + name, dir + "/" + name + ".gz"}) {
-    if (std::filesystem::exists(candidate)) return candidate;
-  }
-  return "";
-}
-
 struct Splits {
   std::shared_ptr<const data::ExampleSource> train, test;
   std::string source;
@@ -132,26 +124,9 @@ Splits load(const Flags& f) {
     return {data::tensor_examples(train.images, train.labels),
             data::tensor_examples(test.images, test.labels), "synthetic digits"};
   }
-  std::string test_images = find_file(f.data_dir, "t10k-images-idx3-ubyte");
-  std::string test_labels = find_file(f.data_dir, "t10k-labels-idx1-ubyte");
-  std::string train_images = find_file(f.data_dir, "train-images-idx3-ubyte");
-  std::string train_labels = find_file(f.data_dir, "train-labels-idx1-ubyte");
-  if (test_images.empty() || test_labels.empty()) {
-    throw_error<IoError>("train",
-                         "no t10k-images-idx3-ubyte[.gz] and t10k-labels-idx1-ubyte[.gz] in '{}'",
-                         f.data_dir);
-  }
-  if (!train_images.empty() && !train_labels.empty()) {
-    return {data::open_mnist_examples(train_images, train_labels, 0, f.train_limit),
-            data::open_mnist_examples(test_images, test_labels, 0, f.test_limit),
-            "MNIST train/t10k"};
-  }
-  // Only the test set: its first half trains, its second half tests (the seed's split).
-  int64_t n_train = f.train_limit > 0 ? std::min<int64_t>(f.train_limit, 5000) : 5000;
-  int64_t n_test = f.test_limit > 0 ? std::min<int64_t>(f.test_limit, 5000) : 5000;
-  return {data::open_mnist_examples(test_images, test_labels, 0, n_train),
-          data::open_mnist_examples(test_images, test_labels, 5000, n_test),
-          "MNIST t10k split 5000/5000"};
+  data::MnistDirSplits files =
+      data::open_mnist_dir(f.data_dir, f.train_limit, f.test_limit, "train");
+  return {files.train, files.test, files.description};
 }
 
 struct EpochMetrics {
@@ -267,7 +242,8 @@ int run(int argc, char** argv, const Runtime& rt) {
     for (int64_t b = 0; b < train.batches_per_epoch(); ++b) {
       std::optional<data::Batch> batch = train.next();
       const auto start = std::chrono::steady_clock::now();
-      std::vector<DTensor> sums = train_step({on_mesh(batch->features, mesh), on_mesh(batch->labels, mesh)});
+      std::vector<DTensor> sums =
+          train_step({on_mesh(batch->features, mesh), on_mesh(batch->labels, mesh)});
       step_ms.push_back(
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count());

@@ -10,6 +10,9 @@
 #   fault_test.sh <ps_cluster.sh> <train> chief     the same for chief:0
 #   fault_test.sh <ps_cluster.sh> <train> plain     no kill, 2 workers and 2 servers: the job
 #                                                   reaches the accuracy and writes --metrics_out
+# Every job trains on Fashion-MNIST from the Debian package dataset-fashion-mnist (real data; the
+# test fails if it is missing), and every server must have applied each step of a run exactly
+# once, re-run steps included.
 set -euo pipefail
 
 cluster=$1 train=$2 mode=$3
@@ -18,7 +21,8 @@ rm -rf "$work"
 mkdir -p "$work"
 export PS_CLUSTER_TIMEOUT=120
 steps=300
-common=(--steps=$steps --steps_per_epoch=10)
+data_dir=${PS_FAULT_DATA_DIR:-/usr/share/datasets/fashion-mnist}
+common=(--steps=$steps --steps_per_epoch=10 --data_dir="$data_dir")
 
 fail() {
   echo "FAIL: $*" >&2
@@ -52,6 +56,7 @@ running() {
 accuracy() { grep -o '^test: accuracy [0-9.]*' "$1" | tail -n 1 | cut -d' ' -f3; }
 
 sync_accuracy=$("$train" --sync "${common[@]}" | grep -o '^test: accuracy [0-9.]*' | cut -d' ' -f3)
+[[ -n $sync_accuracy ]] || { echo "FAIL: the synchronous run on $data_dir failed" >&2; exit 1; }
 echo "synchronous run: test accuracy $sync_accuracy"
 
 # Fails unless the test accuracy in log $1 is >= 0.95 of the synchronous run's.
@@ -63,12 +68,29 @@ check_accuracy() {
     fail "$2: accuracy $acc < 0.95 * $sync_accuracy"
 }
 
+# Fails unless every server in log $1 applied each of the run's steps once: "steps applied per
+# server: N N of N scheduled".
+check_applied_once() {
+  local line counts total n
+  line=$(grep -o '^steps applied per server: [0-9 ]* of [0-9]* scheduled' "$1") ||
+    fail "$2: no applied-steps line"
+  counts=${line#steps applied per server: }
+  total=${counts##* of }
+  total=${total% scheduled}
+  counts=${counts% of *}
+  for n in $counts; do
+    [[ $n -eq $total ]] || fail "$2: a server applied $n steps of $total (want each exactly once)"
+  done
+  echo "$2: $line; $(grep -o 're-run steps [0-9]*' "$1")"
+}
+
 case $mode in
   plain)
     run=$work/plain
     "$cluster" "$run" 2 2 -- "$train" "${common[@]}" --metrics_out="$work/metrics.jsonl" ||
       fail "the job failed"
     check_accuracy "$run/chief:0.log" "2 workers, 2 servers"
+    check_applied_once "$run/chief:0.log" "2 workers, 2 servers"
     [[ $(wc -l <"$work/metrics.jsonl") -eq $((steps / 10)) ]] || fail "not one metrics row an epoch"
     grep -q '"examples_per_s"' "$work/metrics.jsonl" || fail "no examples_per_s in the metrics"
     ;;
@@ -107,6 +129,7 @@ case $mode in
           fail "round 2: the restarted worker:1 was not told that the job finished"
       fi
       check_accuracy "$run/chief:0.log" "round $round"
+      check_applied_once "$run/chief:0.log" "round $round"
     done
     ;;
   ps | chief)
@@ -138,6 +161,7 @@ case $mode in
     grep -q "^resumed from $work/ckpt/ckpt-" "$run/chief:0.log" || fail "nothing was resumed"
     grep -q "^step $steps/$steps" "$run/chief:0.log" || fail "the resumed job did not finish"
     check_accuracy "$run/chief:0.log" "resumed job"
+    check_applied_once "$run/chief:0.log" "resumed job"
     ;;
   *)
     echo "unknown mode $mode" >&2

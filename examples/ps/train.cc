@@ -4,6 +4,14 @@
 //
 //   tools/ps_cluster.sh /tmp/ps 2 1 -- bazel-bin/examples/ps/train --steps=300
 //   bazel-bin/examples/ps/train --sync --steps=300    # the synchronous reference, one process
+//   tools/ps_cluster.sh /tmp/ps 2 1 -- bazel-bin/examples/ps/train --data_dir=/path/to/mnist
+//
+// Data: the IDX files of --data_dir (MNIST or any MNIST-format set, train/data/mnist_dir.h);
+// without it Fashion-MNIST from the Debian package dataset-fashion-mnist; when neither is there
+// (or with --synthetic), the built-in synthetic digits. Each worker reads the whole training set
+// in its own order: worker w shuffles with a seed hashed from (--seed, w), since Dataset::shuffle
+// draws epoch e from seed + e and seeds --seed + w made worker 0's epoch e + 1 replay worker 1's
+// epoch e.
 //
 // The chief partitions the model's variables over the servers, schedules --steps train steps
 // (each: a worker pulls the variables, computes the gradient of one batch of its own shuffled
@@ -29,6 +37,7 @@
 #include "ops/autograd.h"
 #include "ops/ops.h"
 #include "train/data/idx.h"
+#include "train/data/mnist_dir.h"
 #include "train/keras/callbacks.h"
 #include "train/keras/layers.h"
 #include "train/keras/metrics.h"
@@ -53,8 +62,12 @@ struct Flags {
   double lr = 1e-3;
   double lr_decay_alpha = 0.1;
   uint64_t seed = 22;
-  int64_t train_examples = 4000;
+  std::string data_dir;
+  bool synthetic = false;
+  int64_t train_examples = -1;
+  int64_t test_examples = -1;
   int64_t rejoin_wait_s = 0;
+  int64_t join_wait_s = 10;
   std::string checkpoint_dir;
   std::string metrics_out;
   bool sync = false;
@@ -72,12 +85,25 @@ void define_flags(cli::Flags& cli, Flags& f) {
                  "(1: constant), in the synchronous run and on the servers alike",
                  /*positive=*/true);
   cli.add_uint("--seed", &f.seed, "seed of the weights, shuffling and synthetic data");
-  cli.add_int("--train_examples", &f.train_examples, "synthetic training digits", 10);
+  cli.add_path("--data_dir", &f.data_dir,
+               "folder with MNIST-format IDX files (.gz or raw; only the t10k pair: 5000 train, "
+               "5000 test); empty: Fashion-MNIST in " +
+                   std::string(data::kFashionMnistDir) + " if it is there, else synthetic digits",
+               cli::PathKind::kInputDir);
+  cli.add_bool("--synthetic", &f.synthetic, "train on the built-in synthetic digits");
+  cli.add_int("--train_examples", &f.train_examples,
+              "the first N training examples (-1: all; synthetic digits: 4000)", -1);
+  cli.add_int("--test_examples", &f.test_examples,
+              "the first N test examples (-1: all; synthetic digits: 1000)", -1);
   cli.add_path("--checkpoint_dir", &f.checkpoint_dir,
                "checkpoints every epoch; the newest is restored at start (empty: none)",
                cli::PathKind::kOutputDir);
   cli.add_path("--metrics_out", &f.metrics_out, "epoch logs, .csv or JSON lines",
                cli::PathKind::kOutputFile);
+  cli.add_int("--join_wait_s", &f.join_wait_s,
+              "before the first step, wait up to this long for every worker to join (0: do not "
+              "wait; steps scheduled meanwhile go to the workers already there)",
+              0);
   cli.add_int("--rejoin_wait_s", &f.rejoin_wait_s,
               "at the end, wait up to this long for lost workers to rejoin (0: do not wait)", 0);
   cli.add_bool("--sync", &f.sync, "train synchronously in this process, without a cluster");
@@ -106,19 +132,48 @@ Gradients gradients(keras::Model& model, const data::Batch& batch) {
   return out;
 }
 
-// The training digits, shuffled with `seed`, in batches of `batch`, repeated, on the mesh of
+struct Examples {
+  std::shared_ptr<const data::ExampleSource> train, test;
+  std::string description;
+};
+
+// The training and test sets (see the header comment for which).
+Examples load_examples(const Flags& f) {
+  const std::string dir = !f.data_dir.empty()                             ? f.data_dir
+                          : data::has_mnist_files(data::kFashionMnistDir) ? data::kFashionMnistDir
+                                                                          : "";
+  if (!f.synthetic && !dir.empty()) {
+    data::MnistDirSplits files =
+        data::open_mnist_dir(dir, f.train_examples, f.test_examples, "train");
+    return {files.train, files.test, files.description};
+  }
+  const data::MnistSplit train =
+      data::synthetic_digits(f.train_examples > 0 ? f.train_examples : 4000, f.seed);
+  const data::MnistSplit test =
+      data::synthetic_digits(f.test_examples > 0 ? f.test_examples : 1000, f.seed + 1);
+  return {data::tensor_examples(train.images, train.labels),
+          data::tensor_examples(test.images, test.labels), "synthetic digits"};
+}
+
+// Worker w's shuffle seed: splitmix64 of (seed, w), so that no two workers' epochs share a
+// permutation (seed + w would: epoch e of worker w + 1 is epoch e + 1 of worker w).
+uint64_t worker_seed(uint64_t seed, int64_t worker) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (static_cast<uint64_t>(worker) + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// The training examples, shuffled with `seed`, in batches of `batch`, repeated, on the mesh of
 // the calling thread's strategy.
-data::Dataset train_dataset(const Flags& f, uint64_t seed) {
-  data::MnistSplit digits = data::synthetic_digits(f.train_examples, f.seed);
-  data::Dataset d =
-      keras::get_strategy().experimental_distribute_dataset(digits.images, digits.labels);
+data::Dataset train_dataset(const Flags& f, const Examples& examples, uint64_t seed) {
+  data::Dataset d = keras::get_strategy().experimental_distribute_dataset(examples.train);
   d.shuffle(seed).batch(f.batch, /*drop_remainder=*/true).repeat();
   return d;
 }
 
-double test_accuracy(keras::Model& model, const Flags& f) {
-  data::MnistSplit test = data::synthetic_digits(1000, f.seed + 1);
-  data::Dataset d = keras::get_strategy().experimental_distribute_dataset(test.images, test.labels);
+double test_accuracy(keras::Model& model, const Flags& f, const Examples& examples) {
+  data::Dataset d = keras::get_strategy().experimental_distribute_dataset(examples.test);
   d.batch(250);
   Adam unused(f.lr);
   keras::Trainer trainer(model, unused, keras::sparse_categorical_crossentropy(),
@@ -127,29 +182,32 @@ double test_accuracy(keras::Model& model, const Flags& f) {
 }
 
 int train_sync(const Flags& f) {
+  const Examples examples = load_examples(f);
   keras::Sequential model = make_model(f.seed);
   Adam optimizer(cosine_decay(f.lr, f.steps, f.lr_decay_alpha));
-  data::Dataset data = train_dataset(f, f.seed);
+  data::Dataset data = train_dataset(f, examples, f.seed);
   for (int64_t s = 0; s < f.steps; ++s) {
     Gradients g = gradients(model, *data.next());
     optimizer.apply(model.variables(), g.grads);
   }
-  fmt::print("sync: {} steps of {} examples\ntest: accuracy {}\n", f.steps, f.batch,
-             test_accuracy(model, f));
+  fmt::print("data: {}\nsync: {} steps of {} examples\ntest: accuracy {}\n", examples.description,
+             f.steps, f.batch, test_accuracy(model, f, examples));
   return 0;
 }
 
-// The workers' functions: "train_step" on the per-worker dataset "digits".
-ps::FunctionRegistry make_registry(const Flags& f, keras::Sequential& model) {
+// The workers' functions: "train_step" on the per-worker dataset "train". `examples` must
+// outlive the registry.
+ps::FunctionRegistry make_registry(const Flags& f, const Examples& examples,
+                                   keras::Sequential& model) {
   ps::FunctionRegistry registry;
-  registry.add_dataset("digits", [f](const keras::InputContext& ctx) {
-    return train_dataset(f, f.seed + static_cast<uint64_t>(ctx.input_pipeline_id()));
+  registry.add_dataset("train", [f, &examples](const keras::InputContext& ctx) {
+    return train_dataset(f, examples, worker_seed(f.seed, ctx.input_pipeline_id()));
   });
   registry.add_function("train_step", [&model](ps::WorkerContext& ctx, const std::string&) {
     const std::map<std::string, Tensor> values = ctx.pull();
     const std::vector<DVariable> vars = model.variables();
     for (DVariable v : vars) v.assign(distribute(values.at(v.name()), v.layout()));
-    const Gradients g = gradients(model, *ctx.dataset("digits").next());
+    const Gradients g = gradients(model, *ctx.dataset("train").next());
     std::map<std::string, Tensor> grads;
     for (size_t i = 0; i < vars.size(); ++i) grads.emplace(vars[i].name(), to_global(g.grads[i]));
     ctx.push(grads);
@@ -164,7 +222,18 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Waits up to `seconds` until every worker of the cluster answers the coordinator.
+void wait_for_workers(const ps::ClusterCoordinator& coordinator, int64_t seconds) {
+  const Clock::time_point end = Clock::now() + std::chrono::seconds(seconds);
+  const int64_t workers = coordinator.strategy().num_workers();
+  while (coordinator.live_workers() < workers && Clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 int run_chief(const ps::ClusterSpec& spec, const Flags& f) {
+  const Examples examples = load_examples(f);
+  fmt::print("data: {}\n", examples.description);
   ps::StrategyOptions options;
   options.partitioner = ps::fixed_shards_partitioner(f.shards > 0 ? f.shards : spec.num_ps());
   options.learning_rate = f.lr;
@@ -187,7 +256,8 @@ int run_chief(const ps::ClusterSpec& spec, const Flags& f) {
     }
   }
   ps::ClusterCoordinator coordinator(strategy);
-  coordinator.create_per_worker_dataset("digits");
+  coordinator.create_per_worker_dataset("train");
+  wait_for_workers(coordinator, f.join_wait_s);
   const int64_t epochs = (f.steps + f.steps_per_epoch - 1) / f.steps_per_epoch;
   cli::Progress progress(epochs, true);
   std::optional<keras::MetricsLogger> logger;
@@ -224,16 +294,13 @@ int run_chief(const ps::ClusterSpec& spec, const Flags& f) {
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   // A worker restarted late gets a bounded time to rejoin, so that it is told the job finished.
-  const Clock::time_point rejoin_end = Clock::now() + std::chrono::seconds(f.rejoin_wait_s);
-  while (coordinator.live_workers() < spec.num_workers() && Clock::now() < rejoin_end) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  wait_for_workers(coordinator, f.rejoin_wait_s);
   const std::map<std::string, Tensor> values = strategy.read_variables();
   for (DVariable v : model->variables()) v.assign(distribute(values.at(v.name()), v.layout()));
   double accuracy = 0;
   {
     auto scope = strategy.scope();
-    accuracy = test_accuracy(*model, f);
+    accuracy = test_accuracy(*model, f, examples);
   }
   const ps::CoordinatorStats stats = coordinator.stats();
   std::vector<double> staleness;
@@ -249,6 +316,13 @@ int run_chief(const ps::ClusterSpec& spec, const Flags& f) {
   fmt::print("per step: rpc {:.3f} ms, compute {:.3f} ms; re-run steps {}, workers lost {}\n",
              1e3 * stats.rpc_seconds / done, 1e3 * stats.compute_seconds / done, stats.reruns,
              stats.workers_lost);
+  // Exactly once: every server applied each step of this run once (re-runs' pushes dropped).
+  std::string applied;
+  for (const ps::ParameterServerStrategy::PushCounts& c : strategy.push_counts()) {
+    applied += fmt::format("{}{}", applied.empty() ? "" : " ", c.applied_steps);
+  }
+  fmt::print("steps applied per server: {} of {} scheduled; duplicate pushes dropped {}\n", applied,
+             step - first_step, stats.duplicate_pushes);
   fmt::print("test: accuracy {}\n", accuracy);
   std::fflush(stdout);
   ps::shutdown_tasks(spec, "finished");
@@ -264,8 +338,9 @@ int run_task(const Flags& f) {
     if (spec.task().type == ps::TaskType::kPs) {
       reason = ps::run_parameter_server(spec);
     } else {
+      const Examples examples = load_examples(f);
       keras::Sequential model = make_model(f.seed);
-      const ps::FunctionRegistry registry = make_registry(f, model);
+      const ps::FunctionRegistry registry = make_registry(f, examples, model);
       reason = ps::run_worker(spec, registry);
     }
     fmt::print("{}: shut down by chief:0: {}\n", me, reason);

@@ -4,8 +4,11 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "train/data/mnist_dir.h"
+
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -150,6 +153,47 @@ TEST_CASE("load_mnist returns the examples [offset, offset + limit)") {
                                "hold"));
   CHECK_THROWS_MATCHES(load_mnist(files.images, files.labels, 0, -2), InvalidArgumentError,
                        Message("[load_mnist] limit -2 must be -1 (all) or at least 0"));
+}
+
+TEST_CASE("open_mnist_dir reads a folder's four files, or splits its t10k pair") {
+  const std::string dir = temp_path("mnist_dir");
+  REQUIRE(mkdir(dir.c_str(), 0755) == 0);
+  CHECK_FALSE(has_mnist_files(dir));
+  CHECK(find_idx_file(dir, "t10k-images-idx3-ubyte").empty());
+  CHECK_THROWS_MATCHES(open_mnist_dir(dir, -1, -1, "train"), IoError,
+                       Message("[train] no t10k-images-idx3-ubyte[.gz] and "
+                               "t10k-labels-idx1-ubyte[.gz] in '" +
+                               dir + "'"));
+
+  // Only the t10k pair (gzip): [0, 5000) trains, [5000, 10000) tests.
+  write_mnist("mnist_dir/t10k", 10000, true);
+  std::rename((dir + "/t10k-images").c_str(), (dir + "/t10k-images-idx3-ubyte.gz").c_str());
+  std::rename((dir + "/t10k-labels").c_str(), (dir + "/t10k-labels-idx1-ubyte.gz").c_str());
+  CHECK(has_mnist_files(dir));
+  MnistDirSplits split = open_mnist_dir(dir);
+  CHECK(split.train->num_examples() == 5000);
+  CHECK(split.test->num_examples() == 5000);
+  CHECK(split.description == "MNIST-format t10k split 5000/5000 in '" + dir + "'");
+  int64_t id = 0;
+  float pixels[12];
+  int32_t label = -1;
+  split.test->read(&id, 1, pixels, &label);
+  CHECK(label == static_cast<uint8_t>(5000 * 37 + 5));
+  CHECK(open_mnist_dir(dir, 10, 7000).test->num_examples() == 5000);
+
+  // The train pair too (raw, preferred over a .gz beside it): every example of each.
+  write_mnist("mnist_dir/train", 30, false);
+  write_mnist("mnist_dir/gz-train", 20, true);
+  for (const char* kind : {"images-idx3-ubyte", "labels-idx1-ubyte"}) {
+    const std::string stem = std::string(kind).substr(0, 6);
+    std::rename((dir + "/train-" + stem).c_str(), (dir + "/train-" + kind).c_str());
+    std::rename((dir + "/gz-train-" + stem).c_str(), (dir + "/train-" + kind + ".gz").c_str());
+  }
+  CHECK(find_idx_file(dir, "train-images-idx3-ubyte") == dir + "/train-images-idx3-ubyte");
+  MnistDirSplits all = open_mnist_dir(dir, -1, 100);
+  CHECK(all.train->num_examples() == 30);
+  CHECK(all.test->num_examples() == 100);
+  CHECK(all.description == "MNIST-format train/t10k in '" + dir + "'");
 }
 
 TEST_CASE("read_idx rejects bad files with the file and the problem") {

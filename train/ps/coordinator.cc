@@ -26,6 +26,7 @@ struct RemoteValue::State {
 };
 
 struct ClusterCoordinator::Closure {
+  int64_t step_id;
   std::string function, args;
   std::shared_ptr<RemoteValue::State> value;
 };
@@ -88,7 +89,8 @@ RemoteValue ClusterCoordinator::schedule(const std::string& function, std::strin
   value.state_->strategy = &strategy_;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::make_shared<Closure>(Closure{function, std::move(args), value.state_}));
+    queue_.push_back(std::make_shared<Closure>(
+        Closure{strategy_.next_step_id(), function, std::move(args), value.state_}));
   }
   cv_.notify_all();
   return value;
@@ -222,6 +224,7 @@ void ClusterCoordinator::dispatch(int64_t worker) {
     request.set_function(closure->function);
     request.set_args(closure->args);
     request.set_generation(configured);
+    request.set_step_id(closure->step_id);
     rpc::RunReply reply;
     const grpc::Status status =
         stub->Run(with_deadline(options_.run_timeout_s).get(), request, &reply);
@@ -255,6 +258,7 @@ void ClusterCoordinator::dispatch(int64_t worker) {
         ++stats_.functions_done;
         stats_.rpc_seconds += reply.rpc_seconds();
         stats_.compute_seconds += reply.compute_seconds();
+        stats_.duplicate_pushes += reply.duplicate_pushes();
       } else if (!first_error_) {
         first_error_ = *closure->value->error;
         first_error_lost_ps_ = closure->value->lost_ps;

@@ -12,7 +12,10 @@
 // once; a free worker takes it (one function at a time per worker, in queue order). A worker that
 // is lost while running one (unreachable, reset, or past the RPC deadline) gives it back: the
 // function goes to the front of the queue and another worker runs it, so a function runs at
-// least once and its RemoteValue holds the result of the run that finished. The coordinator
+// least once and its RemoteValue holds the result of the run that finished. Its gradients are
+// applied exactly once: schedule() gives each function a step id (strategy.next_step_id()) that
+// every run of it carries to its pushes, and the servers drop a repeated push (a worker lost
+// between its push and its reply; parameter_server.h). The coordinator
 // keeps knocking on a lost worker (every 0.5 s); when it answers again (restarted), it is
 // configured afresh (variables, datasets) and takes functions again.
 //
@@ -67,7 +70,8 @@ struct PerWorkerDataset {
 
 struct CoordinatorStats {
   int64_t functions_done = 0;
-  int64_t reruns = 0;  // functions given back by a lost worker and run again
+  int64_t reruns = 0;            // functions given back by a lost worker and run again
+  int64_t duplicate_pushes = 0;  // pushes of re-runs that the servers had applied already
   int64_t workers_lost = 0, workers_joined = 0;
   double rpc_seconds = 0, compute_seconds = 0;  // summed over the functions' successful runs
 };

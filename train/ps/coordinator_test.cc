@@ -44,6 +44,17 @@ FunctionRegistry make_registry() {
     c.push(grads);
     return std::to_string(values.begin()->second.data<float>()[0]);
   });
+  // A ones_step on worker 0 after 200 ms; on worker 1 a ones_step, then 2 s of waiting before
+  // the reply (in which the test stops worker 1: lost between its push and its reply).
+  r.add_function("push_then_wait",
+                 [ones = r.function("ones_step")](WorkerContext& c, const std::string& args) {
+                   if (c.worker_index() == 0)
+                     std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                   const std::string result = (*ones)(c, args);
+                   if (c.worker_index() == 1)
+                     std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+                   return result;
+                 });
   r.add_dataset("numbers", [](const keras::InputContext& ctx) {
     const int64_t n = 10 + ctx.input_pipeline_id();
     Tensor x = Tensor::zeros({n, 2}, DType::kF32), y = Tensor::zeros({n}, DType::kI32);
@@ -210,6 +221,40 @@ TEST_CASE("a lost worker's functions run on the others, and a restarted worker r
   for (RemoteValue& v : after) workers.insert(v.worker());
   CHECK(workers == std::set<int64_t>{0, 1});
   CHECK(coordinator.stats().workers_joined == 3);
+}
+
+TEST_CASE("a step re-run after its worker was lost between push and reply is applied once") {
+  const FunctionRegistry registry = make_registry();
+  LocalCluster cluster(2, 1, registry);
+  ParameterServerStrategy strategy(cluster.spec(), fast_options());
+  strategy.create_sharded_variable(arange({4}), "w");
+  ClusterCoordinator::Options options;
+  options.log = false;
+  ClusterCoordinator coordinator(strategy, options);
+  for (int i = 0; i < 50 && coordinator.live_workers() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE(coordinator.live_workers() == 2);
+  // Worker 1 takes one step (worker 0 is busy 200 ms with the other), pushes, and waits.
+  std::vector<RemoteValue> values;
+  for (int i = 0; i < 2; ++i) values.push_back(coordinator.schedule("push_then_wait"));
+  for (int i = 0; i < 50 && strategy.push_counts()[0].applied_steps < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE(strategy.push_counts()[0].applied_steps == 2);
+  cluster.stop_worker(1);
+  coordinator.join();
+  const CoordinatorStats stats = coordinator.stats();
+  CHECK(stats.reruns == 1);
+  CHECK(stats.functions_done == 2);
+  CHECK(stats.duplicate_pushes == 1);
+  for (RemoteValue& v : values) CHECK(v.worker() == 0);
+  const std::vector<ParameterServerStrategy::PushCounts> counts = strategy.push_counts();
+  CHECK(counts[0].applied_steps == 2);
+  CHECK(counts[0].duplicate_pushes == 1);
+  // Two steps of gradient 1 at SGD rate 0.5, not three: the re-run's push was dropped.
+  const Tensor w = strategy.read_variables().at("w");
+  for (int64_t i = 0; i < 4; ++i) CHECK(w.data<float>()[i] == static_cast<float>(i) - 1.0f);
 }
 
 TEST_CASE("a lost parameter server ends join with its name; no worker ends it too") {

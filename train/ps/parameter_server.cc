@@ -43,17 +43,17 @@ std::unique_ptr<Optimizer> make_optimizer(const rpc::OptimizerConfig& config,
   if (config.cosine_decay_steps() < 0 || config.cosine_decay_alpha() < 0 ||
       config.cosine_decay_alpha() > 1) {
     throw_error<InvalidArgumentError>(
-        "make_optimizer", "cosine decay over {} steps to alpha {}: want steps >= 0, 0 <= alpha <= 1",
+        "make_optimizer",
+        "cosine decay over {} steps to alpha {}: want steps >= 0, 0 <= alpha <= 1",
         config.cosine_decay_steps(), config.cosine_decay_alpha());
   }
   const Schedule base = config.cosine_decay_steps() > 0
                             ? cosine_decay(config.learning_rate(), config.cosine_decay_steps(),
                                            config.cosine_decay_alpha())
                             : constant_lr(config.learning_rate());
-  Schedule schedule = lr_scale == nullptr ? base
-                                          : Schedule([base, lr_scale](int64_t step) {
-                                              return base(step) * *lr_scale;
-                                            });
+  Schedule schedule = lr_scale == nullptr ? base : Schedule([base, lr_scale](int64_t step) {
+    return base(step) * *lr_scale;
+  });
   if (config.type() == "sgd") return std::make_unique<SGD>(std::move(schedule));
   if (config.type() == "adam") return std::make_unique<Adam>(std::move(schedule));
   throw_error<InvalidArgumentError>("make_optimizer", "optimizer '{}' is not one of sgd, adam",
@@ -134,6 +134,13 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext*, const rpc::PushR
     if (!optimizer_) {
       throw_error<InvalidArgumentError>("ParameterServer::Push", "no variables assigned yet");
     }
+    const std::pair<int64_t, int64_t> id{request->step_id(), request->push_index()};
+    if (id.first > 0 && applied_.count(id) > 0) {
+      ++duplicate_pushes_;
+      reply->set_duplicate(true);
+      reply->set_version(optimizer_->step());
+      return;
+    }
     std::vector<DVariable> vars;
     std::vector<DTensor> grads;
     for (const rpc::ShardValue& g : request->gradients()) {
@@ -155,6 +162,10 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext*, const rpc::PushR
     lr_scale_ = staleness_lr_scale(staleness);
     optimizer_->apply(vars, grads);
     lr_scale_ = 1.0;
+    if (id.first > 0) {
+      applied_.insert(id);
+      applied_steps_.insert(id.first);
+    }
     reply->set_version(optimizer_->step());
   });
 }
@@ -163,6 +174,8 @@ grpc::Status ParameterServerService::Stats(grpc::ServerContext*, const rpc::Stat
                                            rpc::StatsReply* reply) {
   std::lock_guard<std::mutex> lock(mu_);
   for (int64_t s : staleness_) reply->add_staleness(s);
+  reply->set_applied_steps(static_cast<int64_t>(applied_steps_.size()));
+  reply->set_duplicate_pushes(duplicate_pushes_);
   return grpc::Status::OK;
 }
 

@@ -14,13 +14,21 @@
 // a steady staleness of 2 ends at a test accuracy of 0.78-0.86 where synchronous training reaches
 // 0.96-0.98. Staleness 0 and 1 (the common case with two workers) keep the full rate.
 //
+// Exactly once: a push tagged with a step id (the coordinator's id of the scheduled function,
+// ps.proto PushRequest) is applied at most once per (step id, push index). A worker lost between
+// its push and its reply has its function re-run elsewhere, and the re-run's push is
+// acknowledged as a duplicate without touching the variables, the optimizer's step or the
+// staleness list. The server keeps one entry per applied tagged push.
+//
 // Thread-safety: the service is called from gRPC's threads; one mutex orders pulls and pushes.
 #pragma once
 
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dtensor/variable.h"
@@ -51,6 +59,9 @@ class ParameterServerService final : public rpc::ParameterServer::Service {
   std::unique_ptr<Optimizer> optimizer_;
   double lr_scale_ = 1.0;  // of the push being applied (the optimizer's schedule reads it)
   std::vector<int64_t> staleness_;
+  std::set<std::pair<int64_t, int64_t>> applied_;  // (step id, push index) of tagged pushes
+  std::set<int64_t> applied_steps_;
+  int64_t duplicate_pushes_ = 0;
 };
 
 // The optimizer `config` names ("sgd" or "adam" with its learning rate); InvalidArgumentError

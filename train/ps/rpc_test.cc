@@ -1,6 +1,7 @@
 // Regressions of the CI flakes of examples/ps: a port served twice, stale pushes applied at full
-// rate, a worker restarted just before the chief ends that was never told to stop; and the
-// servers' learning-rate decay that keeps the asynchronous run's accuracy steady.
+// rate, a worker restarted just before the chief ends that was never told to stop; the servers'
+// learning-rate decay that keeps the asynchronous run's accuracy steady; repeated pushes of a
+// re-run step dropped.
 #include "train/ps/rpc.h"
 
 #include <algorithm>
@@ -62,10 +63,15 @@ void assign_sgd(ParameterServerService& server, int64_t decay_steps = 0, double 
   REQUIRE(server.Assign(nullptr, &assign, &assigned).ok());
 }
 
-// Pushes gradient 1 computed at `pulled_version`, then pulls: the new value and version.
-std::pair<float, int64_t> push_one(ParameterServerService& server, int64_t pulled_version) {
+// Pushes gradient 1 computed at `pulled_version` (as push `push_index` of step `step_id`; 0:
+// untagged), then pulls: the new value and version.
+std::pair<float, int64_t> push_one(ParameterServerService& server, int64_t pulled_version,
+                                   int64_t step_id = 0, int64_t push_index = 0,
+                                   bool duplicate = false) {
   rpc::PushRequest push;
   push.set_pulled_version(pulled_version);
+  push.set_step_id(step_id);
+  push.set_push_index(push_index);
   rpc::ShardValue* g = push.add_gradients();
   g->set_name("w/part_0");
   Tensor one = Tensor::zeros({1}, DType::kF32);
@@ -73,6 +79,7 @@ std::pair<float, int64_t> push_one(ParameterServerService& server, int64_t pulle
   to_proto(one, g->mutable_value());
   rpc::PushReply pushed;
   REQUIRE(server.Push(nullptr, &push, &pushed).ok());
+  CHECK(pushed.duplicate() == duplicate);
   rpc::PullRequest pull;
   rpc::PullReply pulled;
   REQUIRE(server.Pull(nullptr, &pull, &pulled).ok());
@@ -95,6 +102,25 @@ TEST_CASE("a push of staleness s >= 2 is applied with learning rate lr / s") {
     CHECK(now == version + 1);
     CHECK(std::abs(value - expected) < 1e-6f);
   }
+}
+
+TEST_CASE("a server applies each (step id, push index) once and counts the repeats") {
+  ParameterServerService server;
+  assign_sgd(server);
+  CHECK(push_one(server, 0, /*step_id=*/7) == std::pair<float, int64_t>{-1.0f, 1});
+  // A re-run of step 7 (its worker was lost before replying): acknowledged, not applied.
+  CHECK(push_one(server, 1, 7, 0, /*duplicate=*/true) == std::pair<float, int64_t>{-1.0f, 1});
+  CHECK(push_one(server, 1, 7, /*push_index=*/1) == std::pair<float, int64_t>{-2.0f, 2});
+  CHECK(push_one(server, 2, 8) == std::pair<float, int64_t>{-3.0f, 3});
+  // Untagged pushes (step id 0) are applied every time.
+  CHECK(push_one(server, 3) == std::pair<float, int64_t>{-4.0f, 4});
+  CHECK(push_one(server, 4) == std::pair<float, int64_t>{-5.0f, 5});
+  rpc::StatsRequest request;
+  rpc::StatsReply stats;
+  REQUIRE(server.Stats(nullptr, &request, &stats).ok());
+  CHECK(stats.applied_steps() == 2);
+  CHECK(stats.duplicate_pushes() == 1);
+  CHECK(stats.staleness_size() == 5);
 }
 
 TEST_CASE("the servers decay the learning rate along a cosine over their optimizer steps") {

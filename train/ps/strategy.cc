@@ -1,5 +1,6 @@
 #include "train/ps/strategy.h"
 
+#include <atomic>
 #include <mutex>
 
 #include "runtime/error.h"
@@ -16,11 +17,20 @@ struct ParameterServerStrategy::State {
   std::vector<ShardedVariable> variables;
   int64_t shards_placed = 0;
   std::optional<std::string> lost;
+  std::atomic<int64_t> last_step_id{0};
   std::unique_ptr<Watchdog> watchdog;  // last: stops before the rest goes
 
   void call_ps(const char* fn, int64_t p, const grpc::Status& status) const {
     const TaskId task{TaskType::kPs, p};
     check_status(fn, status, task, spec.address(task));
+  }
+
+  rpc::StatsReply stats(const char* fn, size_t p) const {
+    rpc::StatsRequest request;
+    rpc::StatsReply reply;
+    call_ps(fn, static_cast<int64_t>(p),
+            ps[p]->Stats(with_deadline(options.rpc_timeout_s).get(), request, &reply));
+    return reply;
   }
 
   void assign(const char* fn, std::vector<rpc::AssignRequest>& requests) const {
@@ -201,14 +211,23 @@ std::vector<int64_t> ParameterServerStrategy::staleness() const {
   const State& s = *state_;
   std::vector<int64_t> out;
   for (size_t p = 0; p < s.ps.size(); ++p) {
-    rpc::StatsRequest request;
-    rpc::StatsReply reply;
-    s.call_ps("ParameterServerStrategy::staleness", static_cast<int64_t>(p),
-              s.ps[p]->Stats(with_deadline(s.options.rpc_timeout_s).get(), request, &reply));
+    const rpc::StatsReply reply = s.stats("ParameterServerStrategy::staleness", p);
     out.insert(out.end(), reply.staleness().begin(), reply.staleness().end());
   }
   return out;
 }
+
+std::vector<ParameterServerStrategy::PushCounts> ParameterServerStrategy::push_counts() const {
+  const State& s = *state_;
+  std::vector<PushCounts> out;
+  for (size_t p = 0; p < s.ps.size(); ++p) {
+    const rpc::StatsReply reply = s.stats("ParameterServerStrategy::push_counts", p);
+    out.push_back({reply.applied_steps(), reply.duplicate_pushes()});
+  }
+  return out;
+}
+
+int64_t ParameterServerStrategy::next_step_id() const { return ++state_->last_step_id; }
 
 std::optional<std::string> ParameterServerStrategy::lost_task() const {
   std::lock_guard<std::mutex> lock(state_->mu);

@@ -81,6 +81,14 @@ class ParameterServerStrategy : public keras::Strategy {
   void assign_variables(const std::map<std::string, Tensor>& values, int64_t step) const;
   // Staleness of every push the servers applied so far (all servers' lists concatenated).
   std::vector<int64_t> staleness() const;
+  // What each server applied: distinct steps and the repeated pushes it dropped.
+  struct PushCounts {
+    int64_t applied_steps = 0, duplicate_pushes = 0;
+  };
+  std::vector<PushCounts> push_counts() const;
+  // A fresh id for a scheduled function (1, 2, ... over every coordinator of this strategy), so
+  // that servers apply its pushes once however often it runs.
+  int64_t next_step_id() const;
 
   // The lost server's message, once the watchdog noticed one.
   std::optional<std::string> lost_task() const;

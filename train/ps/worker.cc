@@ -82,7 +82,10 @@ void WorkerContext::push(const std::map<std::string, Tensor>& gradients) {
   std::vector<rpc::PushRequest> requests(ps_.size());
   for (size_t p = 0; p < ps_.size(); ++p) {
     requests[p].set_pulled_version(p < pulled_versions_.size() ? pulled_versions_[p] : 0);
+    requests[p].set_step_id(step_id_);
+    requests[p].set_push_index(pushes_);
   }
+  ++pushes_;
   for (const auto& [name, grad] : gradients) {
     const rpc::VariableSpec* spec = nullptr;
     for (const rpc::VariableSpec& v : variables_) {
@@ -110,6 +113,7 @@ void WorkerContext::push(const std::map<std::string, Tensor>& gradients) {
     check_ps_status("WorkerContext::push",
                     ps_[p]->Push(with_deadline(rpc_timeout_s_).get(), requests[p], &reply), p,
                     ps_addresses_[p]);
+    if (reply.duplicate()) ++duplicate_pushes_;
   }
   timing_.rpc_seconds += seconds_since(start);
 }
@@ -177,6 +181,9 @@ grpc::Status WorkerService::Run(grpc::ServerContext*, const rpc::RunRequest* req
   }
   const Clock::time_point start = Clock::now();
   context_.timing_ = {};
+  context_.step_id_ = request->step_id();
+  context_.pushes_ = 0;
+  context_.duplicate_pushes_ = 0;
   try {
     reply->set_result((*fn)(context_, request->args()));
   } catch (const CommunicationError& e) {
@@ -186,6 +193,7 @@ grpc::Status WorkerService::Run(grpc::ServerContext*, const rpc::RunRequest* req
   }
   reply->set_rpc_seconds(context_.timing_.rpc_seconds);
   reply->set_compute_seconds(seconds_since(start) - context_.timing_.rpc_seconds);
+  reply->set_duplicate_pushes(context_.duplicate_pushes_);
   return grpc::Status::OK;
 }
 

@@ -56,7 +56,8 @@ class WorkerContext {
   // "[WorkerContext::pull] lost task ps:<k> ..." when a server does not answer in time.
   std::map<std::string, Tensor> pull();
   // Splits each variable's gradient (whole shape, by variable name) into its shards and pushes
-  // each server its part (one Push each), tagged with the versions of the last pull.
+  // each server its part (one Push each), tagged with the versions of the last pull and with
+  // the running function's step id and this push's index in the run (servers apply each once).
   // InvalidArgumentError for an unknown name or a gradient of the wrong shape;
   // CommunicationError as pull's.
   void push(const std::map<std::string, Tensor>& gradients);
@@ -72,6 +73,9 @@ class WorkerContext {
   std::vector<std::string> ps_addresses_;
   std::vector<std::unique_ptr<rpc::ParameterServer::Stub>> ps_;
   std::vector<int64_t> pulled_versions_;
+  int64_t step_id_ = 0;           // of the function running (0: none)
+  int64_t pushes_ = 0;            // push() calls in this run
+  int64_t duplicate_pushes_ = 0;  // pushes of this run that a server had applied already
   std::map<std::string, data::Dataset> datasets_;
   Timing timing_;
 };
