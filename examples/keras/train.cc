@@ -38,6 +38,7 @@
 #include "ops/ops.h"
 #include "ops/precision.h"
 #include "train/data/idx.h"
+#include "train/data/mnist_dir.h"
 #include "train/keras/checkpoint_callbacks.h"
 #include "train/keras/layers.h"
 #include "train/keras/strategy.h"
@@ -107,16 +108,8 @@ void define_flags(cli::Flags& cli, Flags& f) {
                cli::PathKind::kOutputDir);
 }
 
-// The IDX file `name` (raw or .gz) in `dir`, or "" when there is none.
-std::string find_mnist_file(const std::string& dir, const std::string& name) {
-  for (const std::string& p : {dir + "/" + name + ".gz", dir + "/" + name}) {
-    if (std::filesystem::exists(p)) return p;
-  }
-  return "";
-}
-
 std::string mnist_file(const std::string& dir, const std::string& name) {
-  std::string path = find_mnist_file(dir, name);
+  std::string path = data::find_idx_file(dir, name);
   if (path.empty()) throw_error<IoError>("train", "no {}[.gz] in '{}'", name, dir);
   return path;
 }
@@ -135,8 +128,8 @@ Splits load(const Flags& f) {
   } else {
     const std::string test_images = mnist_file(f.data_dir, "t10k-images-idx3-ubyte");
     const std::string test_labels = mnist_file(f.data_dir, "t10k-labels-idx1-ubyte");
-    const std::string train_images = find_mnist_file(f.data_dir, "train-images-idx3-ubyte");
-    const std::string train_labels = find_mnist_file(f.data_dir, "train-labels-idx1-ubyte");
+    const std::string train_images = data::find_idx_file(f.data_dir, "train-images-idx3-ubyte");
+    const std::string train_labels = data::find_idx_file(f.data_dir, "train-labels-idx1-ubyte");
     if (!train_images.empty() && !train_labels.empty()) {
       train = data::load_mnist(train_images, train_labels, 0, f.train_examples);
       test = data::load_mnist(test_images, test_labels);
