@@ -204,20 +204,6 @@ DTensor f32_product(const DTensor& a, const DTensor& b, bool ta, bool tb) {
   return matmul_forward(a, b, ta, tb, /*f32_output=*/true);
 }
 
-// The policy's reduction of a partial gradient: in bf16 when it says so (each f32 term rounded
-// to bf16 once, summed in bf16, widened), else left partial for the f32 sum where it is needed.
-Grads reduced_as_policy(Grads grads, bool bf16_reduction) {
-  if (!bf16_reduction) return grads;
-  for (std::optional<DTensor>& g : grads) {
-    if (g && g->layout().is_partial()) {
-      g = cast(relayout(cast(*g, DType::kBF16), g->layout().without_partial()), DType::kF32);
-    }
-  }
-  return grads;
-}
-
-bool bf16_reduction() { return current_policy().gradient_reduction_dtype() == DType::kBF16; }
-
 }  // namespace
 
 DTensor matmul(const DTensor& a, const DTensor& b, bool ta, bool tb) {
