@@ -280,6 +280,20 @@ void conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   conv_geometry("conv2d", x.shape(), w.shape(), p);
 }
 
+void conv2d_bias(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
+  const char* op = "conv2d_bias";
+  check_conv_operands(op, x, w, p);
+  const ConvGeometry g = conv_geometry(op, x.shape(), w.shape(), p);
+  const DType out = p.f32_output ? DType::kF32 : x.dtype();
+  if (bias.dtype() != out || bias.shape() != Shape{g.o}) {
+    const std::string message =
+        fmt::format("bias {} must be {}[{}] for the output {}[{},{},{},{}]", describe(bias),
+                    dtype_name(out), g.o, dtype_name(out), g.n, g.oh, g.ow, g.o);
+    if (bias.dtype() != out) throw_error<DTypeError>(op, "{}", message);
+    throw_error<ShapeError>(op, "{}", message);
+  }
+}
+
 void conv2d_backprop_input(const Shape& x_shape, const Tensor& w, const Tensor& dy,
                            const Conv2dParams& p) {
   const char* op = "conv2d_backprop_input";

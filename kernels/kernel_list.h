@@ -220,6 +220,16 @@ DTENSOR_KERNEL(Tensor, scatter_add,
 // result to bf16, or returns the f32 sums as they are with params.f32_output.
 DTENSOR_KERNEL(Tensor, conv2d, (const Tensor& x, const Tensor& w, const Conv2dParams& params),
                (x, w, params), "conv2d", (x, w), checks::conv2d(x, w, params))
+// Fused y = activation(conv2d(x, w) + bias): conv2d's shapes, params, dtypes and errors, and a
+// bias [o] in y's dtype (f32 under params.f32_output): DTypeError or ShapeError otherwise. For f32
+// and bf16 one oneDNN primitive adds the bias and applies a ReLU as post-ops (other activations
+// run after it); elsewhere (f64, or a case oneDNN has no kernel for) the bias and the activation
+// follow conv2d in y's dtype. The activation must support the dtype (DTypeError).
+DTENSOR_KERNEL(Tensor, conv2d_bias,
+               (const Tensor& x, const Tensor& w, const Tensor& bias,
+                std::optional<UnaryOp> activation, const Conv2dParams& params),
+               (x, w, bias, activation, params), "conv2d_bias", (x, w, bias),
+               checks::conv2d_bias(x, w, bias, params))
 // The gradient of conv2d with respect to x (of `x_shape`), given w and the output gradient dy.
 DTENSOR_KERNEL(Tensor, conv2d_backprop_input,
                (const Shape& x_shape, const Tensor& w, const Tensor& dy,

@@ -473,6 +473,83 @@ DTensor conv2d_backprop_filter_forward(const DTensor& x, const Shape& filter_sha
       stacking);
 }
 
+// activation(conv2d(x, w) + b): one conv2d_bias kernel per shard, unless the layouts make the
+// convolution partial or spatially sharded: then conv2d_forward, add and the activation.
+DTensor conv2d_bias_forward(const DTensor& x, const DTensor& w, const DTensor& b,
+                            DenseActivation activation, const Conv2dOptions& options,
+                            std::shared_ptr<const SavedWindows>* save, bool f32_output) {
+  ConvShapes shapes = checked_conv2d(x, w, options);
+  shapes.params.f32_output = f32_output;
+  check_same_mesh("conv2d", {&x, &b});
+  const DType out = result_dtype(x, shapes.params);
+  const int64_t o = w.shape()[3];
+  if (b.dtype() != out || b.shape() != Shape{o}) {
+    const std::string message =
+        fmt::format("the bias {} must be {}[{}] for x {} and the filter {}", b.short_string(),
+                    dtype_name(out), o, x.short_string(), w.short_string());
+    if (b.dtype() != out) throw_error<DTypeError>("conv2d", "{}", message);
+    throw_error<ShapeError>("conv2d", "{}", message);
+  }
+  const bool relu = activation == DenseActivation::kRelu;
+  const ChannelLetters ch = channel_letters(x.mesh(), options.groups, x.shape()[3], o);
+  OpSignature sig{"conv2d",
+                  std::string(options.groups > 1 ? "g," : "") + (relu ? "bias,relu" : "bias"),
+                  {{{kN, kWholeH, kWholeW, ch.in}, false},
+                   {{kBroadcastDim, kBroadcastDim, ch.filter_in, ch.out}, false},
+                   {{ch.out}, false}},
+                  {kN, kWholeH, kWholeW, ch.out},
+                  Linearity::kNone};
+  // The bias and the activation must wait for a partial sum, and the halo path has no fused kernel.
+  if (spatially_sharded(x) || decide_sharding(sig, {&x, &w, &b})->output.is_partial()) {
+    const DTensor y = add(conv2d_forward(x, w, options, save, f32_output), b);
+    return relu ? dtensor::relu(y) : y;
+  }
+  const kernels::Conv2dParams params = shapes.params;
+  const int64_t opg = o / options.groups;
+  const std::optional<kernels::UnaryOp> act =
+      relu ? std::optional<kernels::UnaryOp>(kernels::UnaryOp::kRelu) : std::nullopt;
+  return expand(sig, {&x, &w, &b}, shapes.out, out, conv_flops(shapes.out, w.shape()),
+                [params, opg, act](const Shards& s) {
+                  return kernels::conv2d_bias(s[0], s[1], s[2], act,
+                                              local_params(params, s[1].shape()[3], opg));
+                });
+}
+
+// conv2d's gradients for x and w (the first two of `n`) from the output gradient g, through the
+// recorded ops (gradients of gradients), the filter gradient on x's saved halo windows if any.
+Grads conv_grads(const DTensor& g, const DTensor& x, const DTensor& w, const Conv2dOptions& options,
+                 const std::shared_ptr<const SavedWindows>& windows, size_t n) {
+  Grads grads(n);
+  if (gradient_needed(0)) grads[0] = conv2d_backprop_input(x.shape(), w, g, options);
+  if (gradient_needed(1)) {
+    grads[1] = windows ? unrecorded([&] {
+      return conv2d_backprop_filter_forward(x, w.shape(), g, options, windows.get());
+    })
+                       : conv2d_backprop_filter(x, w.shape(), g, options);
+  }
+  return grads;
+}
+
+// The mixed form: g cast to bf16 once, both gradients f32 from bf16 convolutions of x16 and w16.
+Grads mixed_conv_grads(const DTensor& g, const DTensor& x16, const DTensor& w16,
+                       const Conv2dOptions& options,
+                       const std::shared_ptr<const SavedWindows>& windows, size_t n) {
+  const DTensor g16 = precision_internal::bf16_operand(g);
+  Grads grads(n);
+  if (gradient_needed(0)) {
+    grads[0] = conv2d_backprop_input_forward(x16.shape(), w16, g16, options, true);
+  }
+  if (gradient_needed(1)) {
+    grads[1] = conv2d_backprop_filter_forward(x16, w16.shape(), g16, options, windows.get(), true);
+  }
+  return grads;
+}
+
+// The gradient before the activation: g where the ReLU let the value through.
+DTensor before_activation(const DTensor& g, const DTensor& y, DenseActivation activation) {
+  return activation == DenseActivation::kRelu ? mul(g, relu_mask(y)) : g;
+}
+
 }  // namespace
 
 DTensor conv2d(const DTensor& x, const DTensor& w, const Conv2dOptions& options) {
@@ -484,14 +561,25 @@ DTensor conv2d(const DTensor& x, const DTensor& w, const Conv2dOptions& options)
       {&x, &w}, [&] { return conv2d_forward(x, w, options, &windows); },
       [&](const DTensor&) {
         return [x, w, options, windows](const DTensor& g) -> Grads {
-          Grads grads(2);
-          if (gradient_needed(0)) grads[0] = conv2d_backprop_input(x.shape(), w, g, options);
-          if (gradient_needed(1)) {
-            grads[1] = windows ? unrecorded([&] {
-              return conv2d_backprop_filter_forward(x, w.shape(), g, options, windows.get());
-            })
-                               : conv2d_backprop_filter(x, w.shape(), g, options);
-          }
+          return conv_grads(g, x, w, options, windows, 2);
+        };
+      });
+}
+
+DTensor conv2d(const DTensor& x, const DTensor& w, const DTensor& b, DenseActivation activation,
+               const Conv2dOptions& options) {
+  if (precision_internal::runs_mixed(x, w)) {
+    return precision_internal::mixed_conv2d(x, w, b, activation, options);
+  }
+  std::shared_ptr<const SavedWindows> windows;
+  return recorded(
+      {&x, &w, &b},
+      [&] { return conv2d_bias_forward(x, w, b, activation, options, &windows, false); },
+      [&](const DTensor& y) {
+        return [x, w, sb = b.shape(), options, windows, y, activation](const DTensor& g) -> Grads {
+          const DTensor gz = before_activation(g, y, activation);
+          Grads grads = conv_grads(gz, x, w, options, windows, 3);
+          if (gradient_needed(2)) grads[2] = sum_to(gz, sb);
           return grads;
         };
       });
@@ -529,9 +617,10 @@ DTensor conv2d_backprop_filter(const DTensor& x, const Shape& filter_shape, cons
       });
 }
 
-// The mixed form (ops/precision.h): bf16 copies of the f32 operands (the filter from the copy its
-// optimizer keeps), f32 results straight from the accumulator, the f32 gradient cast to bf16 once
-// for the two gradient convolutions, x's halo windows (bf16) reused by the filter gradient.
+// The mixed forms (ops/precision.h): bf16 copies of the f32 operands (the filter from the copy its
+// optimizer keeps), f32 results straight from the accumulator (the f32 bias and ReLU fused in),
+// the f32 gradient cast to bf16 once for the two gradient convolutions, x's halo windows (bf16)
+// reused by the filter gradient.
 DTensor precision_internal::mixed_conv2d(const DTensor& x, const DTensor& w,
                                          const Conv2dOptions& options) {
   checked_conv2d(x, w, options);  // errors name the caller's f32 operands, not their bf16 copies
@@ -541,15 +630,27 @@ DTensor precision_internal::mixed_conv2d(const DTensor& x, const DTensor& w,
       {&x, &w}, [&] { return conv2d_forward(x16, w16, options, &windows, /*f32_output=*/true); },
       [&](const DTensor&) {
         return [x16, w16, options, windows, bf16 = bf16_reduction()](const DTensor& g) -> Grads {
-          const DTensor g16 = bf16_operand(g);
-          Grads grads(2);
-          if (gradient_needed(0)) {
-            grads[0] = conv2d_backprop_input_forward(x16.shape(), w16, g16, options, true);
-          }
-          if (gradient_needed(1)) {
-            grads[1] =
-                conv2d_backprop_filter_forward(x16, w16.shape(), g16, options, windows.get(), true);
-          }
+          return reduced_as_policy(mixed_conv_grads(g, x16, w16, options, windows, 2), bf16);
+        };
+      });
+}
+
+DTensor precision_internal::mixed_conv2d(const DTensor& x, const DTensor& w, const DTensor& b,
+                                         DenseActivation activation, const Conv2dOptions& options) {
+  checked_conv2d(x, w, options);
+  const DTensor x16 = bf16_operand(x), w16 = bf16_weight(w);
+  const DTensor b32 =
+      b.dtype() == DType::kF32 ? b : unrecorded([&] { return cast(b, DType::kF32); });
+  std::shared_ptr<const SavedWindows> windows;
+  return recorded(
+      {&x, &w, &b},
+      [&] { return conv2d_bias_forward(x16, w16, b32, activation, options, &windows, true); },
+      [&](const DTensor& y) {
+        return [x16, w16, sb = b.shape(), options, windows, y, activation,
+                bf16 = bf16_reduction()](const DTensor& g) -> Grads {
+          const DTensor gz = before_activation(g, y, activation);
+          Grads grads = mixed_conv_grads(gz, x16, w16, options, windows, 3);
+          if (gradient_needed(2)) grads[2] = sum_to(gz, sb);
           return reduced_as_policy(std::move(grads), bf16);
         };
       });

@@ -145,19 +145,6 @@ DTensor dense_forward(const DTensor& x, const DTensor& w, const DTensor& b,
       stacking);
 }
 
-// 1 where y > 0, else 0, in y's dtype: ReLU's derivative read from its output (y > 0 exactly
-// where the pre-activation is).
-DTensor relu_mask(const DTensor& y) {
-  const int rank = static_cast<int>(y.rank());
-  OpSignature sig{"dense",
-                  "relu_grad",
-                  {OperandDims{iota_letters(rank), false}},
-                  iota_letters(rank),
-                  Linearity::kNone};
-  return expand(sig, {&y}, y.shape(), y.dtype(), static_cast<double>(num_elements(y.shape())),
-                [](const Shards& s) { return kernels::unary(kernels::UnaryOp::kReluGrad, s[0]); });
-}
-
 // The VJPs below take the operands the forward product used (f32, or the bf16 copies of f32
 // variables under a mixed policy) and `product(a, b, ta, tb)`, the product that made y: matmul,
 // or the f32 result of bf16 operands. The incoming gradient is cast once to the operands' dtype,

@@ -99,6 +99,9 @@ DTensor mixed_dense(const DTensor& x, const DTensor& w, const DTensor& b,
 // operands (the filter from its variable's copy), the f32 result straight from oneDNN's
 // accumulator, and f32 gradients from bf16 convolutions of the gradient cast to bf16 once.
 DTensor mixed_conv2d(const DTensor& x, const DTensor& w, const Conv2dOptions& options);
+// The same with the f32 bias (and ReLU) fused: added to the f32 accumulator.
+DTensor mixed_conv2d(const DTensor& x, const DTensor& w, const DTensor& b,
+                     DenseActivation activation, const Conv2dOptions& options);
 
 // Whether the current policy sums partial gradients in bf16 (read when a mixed op records itself).
 bool bf16_reduction();

@@ -40,10 +40,10 @@ bool same_bits(const Tensor& a, const Tensor& b) {
          std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
 }
 
-// y = conv2d(x, w) (SAME 5x5, explicit so that the kernel parameters below say the same), and
-// the gradients of loss = sum(y * r).
+// y = conv2d(x, w) (SAME 5x5, explicit so that the kernel parameters below say the same), or
+// with a bias b fused, and the gradients of loss = sum(y * r).
 struct Run {
-  Tensor y, dx, dw;
+  Tensor y, dx, dw, db;
 };
 
 Conv2dOptions same_5x5() {
@@ -58,17 +58,20 @@ kernels::Conv2dParams same_5x5_params() {
   return p;
 }
 
-Run run(const Tensor& x, const Tensor& w, const Tensor& r, const Layout& x_layout) {
+Run run(const Tensor& x, const Tensor& w, const Tensor& r, const Layout& x_layout,
+        const Tensor* b = nullptr) {
   const Mesh& mesh = x_layout.mesh();
   const DTensor xd = distribute(x, x_layout);
   const DTensor wd = distribute(w, Layout::replicated(mesh, 4));
+  std::vector<DTensor> sources{xd, wd};
+  if (b) sources.push_back(distribute(*b, Layout::replicated(mesh, 1)));
   GradientTape tape;
-  tape.watch(xd);
-  tape.watch(wd);
-  const DTensor y = conv2d(xd, wd, same_5x5());
+  for (const DTensor& s : sources) tape.watch(s);
+  const DTensor y = b ? conv2d(xd, wd, sources[2], DenseActivation::kNone, same_5x5())
+                      : conv2d(xd, wd, same_5x5());
   const DTensor loss = reduce_sum(mul(y, distribute(r, Layout::replicated(mesh, 4))));
-  const std::vector<DTensor> g = tape.gradient(loss, std::vector<DTensor>{xd, wd});
-  return {to_global(y), to_global(g[0]), to_global(g[1])};
+  const std::vector<DTensor> g = tape.gradient(loss, sources);
+  return {to_global(y), to_global(g[0]), to_global(g[1]), b ? to_global(g[2]) : Tensor()};
 }
 
 // got within kF32SumBound * bound of exact, elementwise.
@@ -132,6 +135,38 @@ TEST_CASE("mixed conv2d: f32 value and gradients of bf16 convolutions, on any la
     require_within("dx", halo.dx, dx_exact, dx_bound);
     require_within("dw", halo.dw, dw_exact, dw_bound);
   }
+}
+
+TEST_CASE("mixed conv2d with a fused bias: the bias added to the f32 accumulator", "[precision]") {
+  const Tensor x = values({4, 12, 12, 8}, 1), w = values({5, 5, 8, 16}, 2);
+  const Tensor r = values({4, 12, 12, 16}, 3), b = values({16}, 6);
+  PolicyScope mixed(Policy::mixed_bfloat16());
+  const Mesh one = Mesh::create({{"batch", 1}}, DeviceType::kCPU);
+  const Run plain = run(x, w, r, Layout::replicated(one, 4));
+  const Run fused = run(x, w, r, Layout::replicated(one, 4), &b);
+  // y + b within the bound of y plus |b| (one more f32 rounding); the bias gradient sums r over
+  // n, h and w in f32.
+  const Tensor x16 = bf16_rounded(x), w16 = bf16_rounded(w);
+  const kernels::Conv2dParams p = same_5x5_params();
+  const Tensor add_b = f64(b);
+  require_within(
+      "y + b", fused.y,
+      kernels::binary(kernels::BinaryOp::kAdd, kernels::conv2d(f64(x16), f64(w16), p), add_b),
+      kernels::binary(kernels::BinaryOp::kAdd, kernels::conv2d(abs64(x16), abs64(w16), p),
+                      abs64(b)));
+  CHECK(same_bits(fused.dx, plain.dx));
+  CHECK(same_bits(fused.dw, plain.dw));
+  REQUIRE(fused.db.dtype() == DType::kF32);
+  const Tensor db_exact = kernels::reduce(kernels::ReduceKind::kSum, f64(r), {0, 1, 2}, false);
+  const Tensor db_bound = kernels::reduce(kernels::ReduceKind::kSum, abs64(r), {0, 1, 2}, false);
+  require_within("db", fused.db, db_exact, db_bound);
+  // Batch-sharded: one device's bits, the bias gradient included (a batch-invariant sum).
+  const Mesh four = Mesh::create({{"batch", 4}}, DeviceType::kCPU);
+  const Run batch = run(x, w, r, Layout::batch_sharded(four, "batch", 4), &b);
+  CHECK(same_bits(batch.y, fused.y));
+  CHECK(same_bits(batch.dx, fused.dx));
+  CHECK(same_bits(batch.dw, fused.dw));
+  CHECK(same_bits(batch.db, fused.db));
 }
 
 TEST_CASE("mixed conv2d names the caller's f32 operands in its errors", "[precision]") {

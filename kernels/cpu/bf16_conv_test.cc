@@ -132,3 +132,53 @@ TEST_CASE("f32_output convolutions reject operands that are not bf16", "[bf16]")
                        Catch::Message("[conv2d_backprop_filter] f32_output needs bf16 operands: "
                                       "f32[1,4,4,2] and f32[1,2,2,2]"));
 }
+
+TEST_CASE("conv2d_bias adds the bias and applies ReLU as conv2d's epilogue", "[bf16]") {
+  for (const Case& c : cases(2)) {
+    const Tensor x = bf16_values(c.x, 4), w = bf16_values(c.w, 5);
+    const Tensor bias16 = bf16_values({c.w[3]}, 6);
+    const Tensor y_exact = kernels::conv2d(f64(x), f64(w), c.p);
+    const Tensor y_bound = kernels::conv2d(abs64(x), abs64(w), c.p);
+    // exact + bias and bound + |bias|, then the ReLU on the exact value (it moves no value
+    // further from the result than the bound allows).
+    const Tensor exact = kernels::unary(
+        kernels::UnaryOp::kRelu, kernels::binary(kernels::BinaryOp::kAdd, y_exact, f64(bias16)));
+    const Tensor bound = kernels::binary(kernels::BinaryOp::kAdd, y_bound, abs64(bias16));
+    for (DType out : {DType::kBF16, DType::kF32}) {
+      for (bool operands_f32 : {false, true}) {
+        if (operands_f32 && out == DType::kBF16) continue;
+        INFO(c.name << " out=" << dtype_name(out) << " operands=" << (operands_f32 ? "f32" : "bf16")
+                    << (avx2_only ? " (AVX2)" : ""));
+        Conv2dParams p = c.p;
+        p.f32_output = out == DType::kF32 && !operands_f32;
+        const Tensor xa = operands_f32 ? kernels::cast(x, DType::kF32) : x;
+        const Tensor wa = operands_f32 ? kernels::cast(w, DType::kF32) : w;
+        const Tensor bias = kernels::cast(bias16, out);
+        const Tensor y = kernels::conv2d_bias(xa, wa, bias, kernels::UnaryOp::kRelu, p);
+        CHECK(y.dtype() == out);
+        require_within("relu(y + bias)", y, exact, bound,
+                       out == DType::kF32 ? 1.0 / 2048 : 1.0 / 256);
+        // No activation: the bias alone.
+        const Tensor plain = kernels::conv2d_bias(xa, wa, bias, std::nullopt, p);
+        require_within("y + bias", plain,
+                       kernels::binary(kernels::BinaryOp::kAdd, y_exact, f64(bias16)), bound,
+                       out == DType::kF32 ? 1.0 / 2048 : 1.0 / 256);
+      }
+    }
+  }
+}
+
+TEST_CASE("conv2d_bias rejects a bias of the wrong shape or dtype", "[bf16]") {
+  const Tensor x = Tensor::zeros({1, 4, 4, 2}, DType::kBF16);
+  const Tensor w = Tensor::zeros({3, 3, 2, 5}, DType::kBF16);
+  Conv2dParams p;
+  p.f32_output = true;
+  CHECK_THROWS_MATCHES(
+      kernels::conv2d_bias(x, w, Tensor::zeros({5}, DType::kBF16), std::nullopt, p), DTypeError,
+      Catch::Message("[conv2d_bias] bias bf16[5] must be f32[5] for the output "
+                     "f32[1,2,2,5]"));
+  CHECK_THROWS_MATCHES(kernels::conv2d_bias(x, w, Tensor::zeros({4}, DType::kF32), std::nullopt, p),
+                       ShapeError,
+                       Catch::Message("[conv2d_bias] bias f32[4] must be f32[5] for the output "
+                                      "f32[1,2,2,5]"));
+}

@@ -81,6 +81,22 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   return convolve(ConvPass::kForward, x, w, {g.n, g.oh, g.ow, g.o}, g, p);
 }
 
+Tensor conv2d_bias(const Tensor& x, const Tensor& w, const Tensor& bias,
+                   std::optional<UnaryOp> activation, const Conv2dParams& p) {
+  const ConvGeometry g = checks::conv_geometry("conv2d_bias", x.shape(), w.shape(), p);
+  const bool relu = activation == UnaryOp::kRelu;
+  if (x.dtype() != DType::kF64 && g.n * g.oh * g.ow * g.o * g.cpg > 0) {
+    Tensor y = Tensor::empty({g.n, g.oh, g.ow, g.o}, bias.dtype(), x.device());
+    if (internal::onednn_conv(ConvPass::kForward, x, w, y, g, with_thread_budget(p, g),
+                              {&bias, relu})) {
+      return relu || !activation ? y : unary(*activation, y);
+    }
+  }
+  // f64, no output or no input channels, or no oneDNN kernel: the steps one after the other.
+  const Tensor y = binary(BinaryOp::kAdd, conv2d(x, w, p), bias);
+  return activation ? unary(*activation, y) : y;
+}
+
 Tensor conv2d_backprop_input(const Shape& x_shape, const Tensor& w, const Tensor& dy,
                              const Conv2dParams& p) {
   const ConvGeometry g = checks::conv_geometry("conv2d_backprop_input", x_shape, w.shape(), p);

@@ -45,22 +45,24 @@ struct Entry {
   std::optional<dnnl::reorder> to_primitive, to_user;  // filter reorders, when layouts differ
 };
 
-using Key =
-    std::tuple<int, int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-               int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+using Key = std::tuple<int, int, int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t,
+                       int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                       int64_t, int64_t, int64_t>;
 // The OpenMP threads a call runs with. oneDNN's jit kernels split their work for the thread count
 // current when the primitive is created, so it is part of the key and set before creation too.
 int threads_of(const Conv2dParams& p) { return p.threads > 0 ? p.threads : 1; }
 
-// The dtypes of one pass: its two operands' and its result's.
+// The dtypes of one pass (its two operands' and its result's) and the forward pass's epilogue.
 struct DataTypes {
   DataType operands, out;
+  bool bias = false, relu = false;
 };
 
 Key key_of(Direction d, DataTypes t, const ConvGeometry& g, const Conv2dParams& p) {
   return {static_cast<int>(d),
           static_cast<int>(t.operands),
           static_cast<int>(t.out),
+          (t.bias ? 1 : 0) + (t.relu ? 2 : 0),
           threads_of(p),
           g.n,
           g.h,
@@ -124,6 +126,13 @@ std::shared_ptr<Entry> create(Direction d, DataTypes t, const ConvGeometry& g,
   const Dims pad_l = {p.pad_top, p.pad_left}, pad_r = {p.pad_bottom, p.pad_right};
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  // The forward pass's own attributes: the ReLU as a post-op (the bias is the primitive's own).
+  dnnl::primitive_attr forward_attr = attr;
+  if (t.relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    forward_attr.set_post_ops(ops);
+  }
   const auto algo = dnnl::algorithm::convolution_direct;
   auto entry = std::make_shared<Entry>();
   // The filter as the caller holds it: the operand's dtype, the result's for the filter gradient.
@@ -137,7 +146,18 @@ std::shared_ptr<Entry> create(Direction d, DataTypes t, const ConvGeometry& g,
   };
   switch (d) {
     case Direction::kForward: {
-      const auto pd = forward(activation_desc(g, true, t.out));
+      const memory::desc y = activation_desc(g, true, t.out);
+      const auto pd =
+          t.bias ? dnnl::convolution_forward::primitive_desc(
+                       dnnl::convolution_forward::desc(
+                           dnnl::prop_kind::forward_training, algo, src, any_weights(g, t.operands),
+                           memory::desc({g.o}, t.out, Tag::a), y, strides, dilates, pad_l, pad_r),
+                       forward_attr, eng)
+                 : dnnl::convolution_forward::primitive_desc(
+                       dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, src,
+                                                       any_weights(g, t.operands), y, strides,
+                                                       dilates, pad_l, pad_r),
+                       forward_attr, eng);
       take<decltype(pd), dnnl::convolution_forward>(*entry, pd, pd.weights_desc(), t);
       break;
     }
@@ -242,18 +262,25 @@ bool takes(const ConvGeometry& g, const Conv2dParams& p) {
 }  // namespace
 
 bool onednn_conv(ConvPass pass, const Tensor& a, const Tensor& b, Tensor& out,
-                 const ConvGeometry& g, const Conv2dParams& p) {
+                 const ConvGeometry& g, const Conv2dParams& p, const ConvEpilogue& epilogue) {
   if (!takes(g, p)) return false;
-  const DataTypes t{data_type(a.dtype()), data_type(out.dtype())};
+  const DataTypes t{data_type(a.dtype()), data_type(out.dtype()), epilogue.bias != nullptr,
+                    epilogue.relu};
   std::shared_ptr<Entry> entry = lookup(pass, t, g, p);
   if (!entry) return false;
   // The filter operand (the result, for the filter gradient) and the activations.
   switch (pass) {
-    case ConvPass::kForward:
-      execute(*entry, DNNL_ARG_WEIGHTS, const_cast<void*>(b.raw_data()),
-              {{DNNL_ARG_SRC, activation(g, false, a)}, {DNNL_ARG_DST, activation(g, true, out)}},
+    case ConvPass::kForward: {
+      std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, activation(g, false, a)},
+                                              {DNNL_ARG_DST, activation(g, true, out)}};
+      if (epilogue.bias) {
+        args.emplace(DNNL_ARG_BIAS, memory(memory::desc({g.o}, t.out, Tag::a), cpu_engine(),
+                                           const_cast<void*>(epilogue.bias->raw_data())));
+      }
+      execute(*entry, DNNL_ARG_WEIGHTS, const_cast<void*>(b.raw_data()), std::move(args),
               threads_of(p));
       break;
+    }
     case ConvPass::kBackwardData:
       execute(*entry, DNNL_ARG_WEIGHTS, const_cast<void*>(a.raw_data()),
               {{DNNL_ARG_DIFF_DST, activation(g, true, b)},

@@ -23,12 +23,18 @@ using kernels::ConvGeometry;
 //   kBackwardWeights dw = conv2d_backprop_filter(x, dy) a = x, b = dy
 enum class ConvPass { kForward, kBackwardData, kBackwardWeights };
 
+// The forward pass's epilogue, post-ops of the same primitive: y = relu?(conv + bias).
+struct ConvEpilogue {
+  const Tensor* bias = nullptr;  // [o] in out's dtype; null for none
+  bool relu = false;
+};
+
 // Computes `out` (f32 operands: f32; bf16 operands: bf16 or f32) and returns true, or returns
 // false, touching nothing, when oneDNN does not take the geometry and dtypes with an optimised
 // kernel (bf16 on a CPU without AVX-512, e.g. under DNNL_MAX_CPU_ISA=AVX2: the caller then runs
-// f32, or the direct loop).
+// f32, or the direct loop). `epilogue` only with kForward.
 bool onednn_conv(ConvPass pass, const Tensor& a, const Tensor& b, Tensor& out,
-                 const ConvGeometry& g, const Conv2dParams& p);
+                 const ConvGeometry& g, const Conv2dParams& p, const ConvEpilogue& epilogue = {});
 
 // The implementation oneDNN reports for the pass ("brgconv:avx512_core_bf16", "jit:avx2", ...), or
 // "" when onednn_conv would return false. For the benchmark and tests.
