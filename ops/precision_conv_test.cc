@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 
 #include "dtensor/creation.h"
@@ -16,6 +15,7 @@
 #include "ops/autograd.h"
 #include "ops/ops.h"
 #include "ops/precision.h"
+#include "tests/test_tensors.h"
 
 using namespace dtensor;
 
@@ -23,13 +23,7 @@ namespace {
 
 constexpr double kF32SumBound = 1.0 / 2048;
 
-Tensor values(const Shape& shape, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  Tensor t = Tensor::empty(shape, DType::kF32);
-  for (int64_t i = 0; i < t.num_elements(); ++i) t.data<float>()[i] = u(rng);
-  return t;
-}
+Tensor values(const Shape& shape, uint64_t seed) { return testing::uniform_f32(shape, seed); }
 
 Tensor f64(const Tensor& t) { return kernels::cast(t, DType::kF64); }
 Tensor bf16_rounded(const Tensor& t) { return kernels::cast(t, DType::kBF16); }

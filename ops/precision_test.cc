@@ -14,6 +14,7 @@
 #include "ops/autograd.h"
 #include "ops/ops.h"
 #include "ops/precision.h"
+#include "tests/test_tensors.h"
 
 using namespace dtensor;
 using Catch::Message;
@@ -21,13 +22,7 @@ using Catch::Message;
 namespace {
 
 // Values with more bits than bf16 keeps: an op that ran in bf16 gives other bits than in f32.
-Tensor values(const Shape& shape, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  Tensor t = Tensor::empty(shape, DType::kF32);
-  for (int64_t i = 0; i < t.num_elements(); ++i) t.data<float>()[i] = u(rng);
-  return t;
-}
+Tensor values(const Shape& shape, uint64_t seed) { return testing::uniform_f32(shape, seed); }
 
 std::vector<float> floats(const DTensor& x) {
   const Tensor g = to_global(x);
