@@ -117,16 +117,17 @@ TEST_CASE("mixed conv2d: f32 value and gradients of bf16 convolutions, on any la
   CHECK(same_bits(batch.dx, want.dx));
   CHECK(same_bits(batch.dw, want.dw));
 
-  // Spatially sharded (halo exchange), alone and with the batch: the same bound (the filter
-  // gradient's partial sums over H and W are added in another order than one device's).
+  // Spatially sharded (halo exchange), alone and with the batch: each output position sums the
+  // same products in the same order, so y and dx are one device's bits; the filter gradient's
+  // partial sums over H and W are added in another order, within the bound.
   const Mesh hw = Mesh::create({{"h", 2}, {"w", 2}}, DeviceType::kCPU);
   const Mesh bh = Mesh::create({{"batch", 2}, {"h", 2}}, DeviceType::kCPU);
   for (const Layout& l : {layout_of(hw, {"unsharded", "h", "w", "unsharded"}),
                           layout_of(bh, {"batch", "h", "unsharded", "unsharded"})}) {
     INFO("x " << l.to_string());
     const Run halo = run(x, w, r, l);
-    require_within("y", halo.y, y_exact, y_bound);
-    require_within("dx", halo.dx, dx_exact, dx_bound);
+    CHECK(same_bits(halo.y, want.y));
+    CHECK(same_bits(halo.dx, want.dx));
     require_within("dw", halo.dw, dw_exact, dw_bound);
   }
 }
