@@ -604,8 +604,8 @@ TEST_CASE("conv expansions emit only the collectives the layouts force", "[local
     const DTensor dx = distribute(x, Layout::batch_sharded(mesh, "batch", 4));
     const DTensor b = distribute(values({16}, rng), Layout::replicated(mesh, 1));
     reset_collective_stats();
-    const DTensor y = conv2d(dx, distribute(w, Layout::replicated(mesh, 4)), b,
-                             DenseActivation::kRelu, same);
+    const DTensor y =
+        conv2d(dx, distribute(w, Layout::replicated(mesh, 4)), b, DenseActivation::kRelu, same);
     CHECK(collective_stats().total() == 0);
     CHECK(y.layout() == dx.layout());
   }
