@@ -8,17 +8,11 @@
 #include <cstdio>
 #include <vector>
 
+#include "bench/cnn_training.h"
 #include "bench/report.h"
-#include "dtensor/creation.h"
-#include "examples/cifar10/model.h"
 #include "kernels/cuda/profile.h"
-#include "ops/autograd.h"
-#include "ops/ops.h"
 #include "runtime/cuda/gpu_collectives.h"
 #include "runtime/cuda/gpu_devices.h"
-#include "train/optim/ema.h"
-#include "train/optim/optimizers.h"
-#include "train/optim/weight_decay.h"
 
 int main() {
   using namespace dtensor;
@@ -30,24 +24,9 @@ int main() {
   const int64_t batch = 128;
   for (const char* spec : {"batch=1", "batch=8"}) {
     Mesh mesh = Mesh::create(parse_mesh_dims(spec), DeviceType::kGPU);
-    examples::Cifar10Cnn model(mesh, {24, 24, 3}, 10, 1);
-    std::vector<DVariable> vars = model.variables();
-    const std::vector<DVariable> decayed = model.decayed_variables();
-    SGD optimizer(0.1);
-    optimizer.build(vars);
-    ExponentialMovingAverage ema(0.9999);
-    ema.track(vars);
-    DTensor x = random_uniform({batch, 24, 24, 3}, Layout::batch_sharded(mesh, "batch", 4), 1);
-    DTensor labels = cast(scale(random_uniform({batch}, Layout::batch_sharded(mesh, "batch", 1), 2),
-                                9.99),
-                          DType::kI32);
+    bench::CnnTraining training(mesh, batch);
     auto step = [&] {
-      GradientTape tape;
-      for (const DVariable& v : vars) tape.watch(v);
-      DTensor loss = reduce_mean(sparse_softmax_cross_entropy(model(x), labels));
-      loss = add(loss, weight_decay_loss(decayed, 0.004));
-      optimizer.apply(vars, tape.gradient(loss, vars));
-      ema.apply(vars);
+      training.step();
       cuda::synchronize(Device{DeviceType::kGPU, 0});
     };
     const double seconds = bench::median_seconds(step, 30, 5);

@@ -12,8 +12,14 @@ input only, so the pools pad (0, 1) with -inf explicitly; torch's LRN divides al
 size, so it gets 0.001 / 9 * 9.
 
   peers_cnn.py step  [--image 24x24x3] [--batch 128] [--threads 2] [--rounds 20]
+                     [--channels_last] [--autocast] [--variants all]
       median time of one training step at the batch; one JSON line:
       {"peer":"torch2","model":"cifar10_cnn","median_ms":..,"examples_per_s":..,...}
+      --autocast runs the forward pass and the loss under torch.autocast("cpu", bfloat16) (the
+      mixed_bfloat16 policy's peer: bf16 convolutions and linears, f32 weights and SGD);
+      --channels_last keeps activations and conv weights NHWC in memory (oneDNN's preferred
+      layout). --variants all measures the four combinations interleaved: the rounds take turns,
+      one step of each variant per round, so that a change in the machine's load falls on all.
   peers_cnn.py train [--data_dir /usr/share/datasets/fashion-mnist] [--epochs 3]
       the example's recipe on Fashion-MNIST (28x28x1, no augmentation); one JSON line per epoch
       (train loss, test accuracy with the averaged weights, examples/sec)
@@ -80,8 +86,9 @@ class Cnn(torch.nn.Module):
 
 
 class Trainer:
-    def __init__(self, model, lr=0.1, wd=0.004, ema_decay=0.9999):
+    def __init__(self, model, lr=0.1, wd=0.004, ema_decay=0.9999, autocast=False):
         self.model, self.lr, self.wd, self.ema_decay = model, lr, wd, ema_decay
+        self.autocast = autocast
         self.params = list(model.parameters())
         self.shadows = [p.detach().clone() for p in self.params]
         self.updates = 0
@@ -90,8 +97,10 @@ class Trainer:
         m = self.model
         for p in self.params:
             p.grad = None
-        loss = F.cross_entropy(m(x), y)
-        loss = loss + self.wd * 0.5 * (m.local3.weight.square().sum() + m.local4.weight.square().sum())
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=self.autocast):
+            loss = F.cross_entropy(m(x), y)
+            loss = loss + self.wd * 0.5 * (m.local3.weight.square().sum() +
+                                           m.local4.weight.square().sum())
         loss.backward()
         with torch.no_grad():
             torch._foreach_add_(self.params, [p.grad for p in self.params], alpha=-self.lr)
@@ -114,29 +123,44 @@ def parse_image(text):
     return h, w, c
 
 
-def run_step(args):
+VARIANTS = [(False, False), (True, False), (False, True), (True, True)]  # (channels_last, autocast)
+
+
+def make_step(args, channels_last, autocast):
+    """One variant's trainer and batch; returns a function that runs one step."""
     h, w, c = parse_image(args.image)
     gen = torch.Generator().manual_seed(args.seed)
     x = torch.rand(args.batch, c, h, w, generator=gen)
     y = torch.randint(0, 10, (args.batch,), generator=gen)
-    trainer = Trainer(Cnn(h, w, c))
-    if args.channels_last:
+    torch.manual_seed(args.seed)
+    trainer = Trainer(Cnn(h, w, c), autocast=autocast)
+    if channels_last:
         trainer.model = trainer.model.to(memory_format=torch.channels_last)
         x = x.contiguous(memory_format=torch.channels_last)
+    return lambda: trainer.step(x, y)
+
+
+def run_step(args):
+    variants = VARIANTS if args.variants == "all" else [(args.channels_last, args.autocast)]
+    steps = [make_step(args, cl, ac) for cl, ac in variants]
     t0 = time.perf_counter()
-    for _ in range(2):
-        trainer.step(x, y)
-    note(f"peers_cnn: first 2 steps {time.perf_counter() - t0:.2f}s")
-    times = []
+    for step in steps:
+        for _ in range(2):
+            step()
+    note(f"peers_cnn: first 2 steps of {len(steps)} variant(s) {time.perf_counter() - t0:.2f}s")
+    times = [[] for _ in steps]
     for _ in range(args.rounds):
-        t0 = time.perf_counter()
-        trainer.step(x, y)
-        times.append((time.perf_counter() - t0) * 1e3)
-    median = statistics.median(times)
-    emit(peer="torch2", model="cifar10_cnn", image=args.image, batch=args.batch,
-         threads=args.threads, channels_last=args.channels_last, median_ms=round(median, 3),
-         min_ms=round(min(times), 3), examples_per_s=round(args.batch / median * 1e3, 1),
-         rounds=args.rounds, torch=torch.__version__)
+        for step, t in zip(steps, times):
+            t0 = time.perf_counter()
+            step()
+            t.append((time.perf_counter() - t0) * 1e3)
+    for (channels_last, autocast), t in zip(variants, times):
+        median = statistics.median(t)
+        emit(peer="torch2", model="cifar10_cnn", image=args.image, batch=args.batch,
+             threads=args.threads, channels_last=channels_last,
+             autocast="bf16" if autocast else "off", median_ms=round(median, 3),
+             min_ms=round(min(t), 3), examples_per_s=round(args.batch / median * 1e3, 1),
+             rounds=args.rounds, torch=torch.__version__)
 
 
 def read_idx(data_dir, name):
@@ -188,6 +212,9 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--channels_last", action="store_true")
+    p.add_argument("--autocast", action="store_true", help="bf16 autocast (step)")
+    p.add_argument("--variants", choices=["one", "all"], default="one",
+                   help="all: the four channels_last x autocast variants, interleaved (step)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--epochs", type=int, default=3)

@@ -256,6 +256,15 @@ void check_float_pair(const char* op, const Tensor& a, const Tensor& b) {
   if (!is_floating(a.dtype())) throw_unsupported(op, a);
 }
 
+// The operands of a convolution pass: one float dtype, and bf16 when the result is asked in f32.
+void check_conv_operands(const char* op, const Tensor& a, const Tensor& b, const Conv2dParams& p) {
+  check_float_pair(op, a, b);
+  if (p.f32_output && a.dtype() != DType::kBF16) {
+    throw_error<DTypeError>(op, "f32_output needs bf16 operands: {} and {}", describe(a),
+                            describe(b));
+  }
+}
+
 void check_dy(const char* op, const Tensor& dy, const ConvGeometry& g) {
   if (dy.shape() != Shape{g.n, g.oh, g.ow, g.o}) {
     throw_error<ShapeError>(op, "dy {} must be [{},{},{},{}]", describe(dy), g.n, g.oh, g.ow, g.o);
@@ -297,21 +306,35 @@ ConvGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, const
 }
 
 void conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
-  check_float_pair("conv2d", x, w);
+  check_conv_operands("conv2d", x, w, p);
   conv_geometry("conv2d", x.shape(), w.shape(), p);
+}
+
+void conv2d_bias(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
+  const char* op = "conv2d_bias";
+  check_conv_operands(op, x, w, p);
+  const ConvGeometry g = conv_geometry(op, x.shape(), w.shape(), p);
+  const DType out = p.f32_output ? DType::kF32 : x.dtype();
+  if (bias.dtype() != out || bias.shape() != Shape{g.o}) {
+    const std::string message =
+        fmt::format("bias {} must be {}[{}] for the output {}[{},{},{},{}]", describe(bias),
+                    dtype_name(out), g.o, dtype_name(out), g.n, g.oh, g.ow, g.o);
+    if (bias.dtype() != out) throw_error<DTypeError>(op, "{}", message);
+    throw_error<ShapeError>(op, "{}", message);
+  }
 }
 
 void conv2d_backprop_input(const Shape& x_shape, const Tensor& w, const Tensor& dy,
                            const Conv2dParams& p) {
   const char* op = "conv2d_backprop_input";
-  check_float_pair(op, w, dy);
+  check_conv_operands(op, w, dy, p);
   check_dy(op, dy, conv_geometry(op, x_shape, w.shape(), p));
 }
 
 void conv2d_backprop_filter(const Tensor& x, const Shape& w_shape, const Tensor& dy,
                             const Conv2dParams& p) {
   const char* op = "conv2d_backprop_filter";
-  check_float_pair(op, x, dy);
+  check_conv_operands(op, x, dy, p);
   check_dy(op, dy, conv_geometry(op, x.shape(), w_shape, p));
 }
 

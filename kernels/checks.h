@@ -81,6 +81,8 @@ void scatter_add(const Shape& shape, const Tensor& indices, const Tensor& update
 ConvGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, const Conv2dParams& p);
 // The same, and x and w of one float dtype (DTypeError).
 void conv2d(const Tensor& x, const Tensor& w, const Conv2dParams& p);
+// conv2d's checks, and a bias of shape [o] in the output's dtype.
+void conv2d_bias(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p);
 // The same with dy of the output's shape (ShapeError), for the two gradients.
 void conv2d_backprop_input(const Shape& x_shape, const Tensor& w, const Tensor& dy,
                            const Conv2dParams& p);

@@ -20,6 +20,9 @@ struct Conv2dParams {
   int64_t groups = 1;
   // > 0: the threads a library-backed kernel (oneDNN) may use on the calling thread; 0: one.
   int threads = 0;
+  // bf16 operands only: the result (y, dx or dw) in f32 straight from the f32 accumulator instead
+  // of rounded to bf16 (mixed precision: no bf16 round trip and no separate widening pass).
+  bool f32_output = false;
 };
 
 // Every extent of one convolution x [n,h,w,c] * w [kh,kw,cpg,o] -> y [n,oh,ow,o], cpg = c / groups:

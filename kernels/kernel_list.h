@@ -225,16 +225,29 @@ DTENSOR_KERNEL(Tensor, scatter_add,
                (shape, indices, updates, axis), "scatter_add", (updates, indices),
                checks::scatter_add(shape, indices, updates, axis))
 
-// ---- CNN ops (f32, f64, bf16 through f32; NHWC, HWIO; kernels/conv_params.h) ------------
+// ---- CNN ops (f32, f64, bf16; NHWC, HWIO; kernels/conv_params.h) ---------------------------
 
 // y[n, oh, ow, o] = sum over (kh, kw, c of o's group) of x[n, ih, iw, c] * w[kh, kw, c, o] with
 // ih = oh * stride_h - pad_top + kh * dilation_h (iw alike), padded positions reading zero.
 // ShapeError for ranks other than 4, channels that do not match w or do not split into groups,
-// or a window larger than the padded input; DTypeError for mismatched or non-float dtypes.
-// f32 runs on oneDNN (a primitive per geometry, cached) with params.threads threads; f64 on a
-// direct loop (the reference the gradient checks use).
+// or a window larger than the padded input; DTypeError for mismatched or non-float dtypes, or
+// params.f32_output with operands that are not bf16. f32 runs on oneDNN (a primitive per geometry,
+// cached) with params.threads threads; f64 on a direct loop (the reference the gradient checks
+// use). bf16 (all three kernels) multiplies in bf16 and sums in f32 on oneDNN where the CPU has
+// AVX512_BF16 or AMX (elsewhere on f32 copies: the same products and sums), then rounds the
+// result to bf16, or returns the f32 sums as they are with params.f32_output.
 DTENSOR_KERNEL(Tensor, conv2d, (const Tensor& x, const Tensor& w, const Conv2dParams& params),
                (x, w, params), "conv2d", (x, w), checks::conv2d(x, w, params))
+// Fused y = activation(conv2d(x, w) + bias): conv2d's shapes, params, dtypes and errors, and a
+// bias [o] in y's dtype (f32 under params.f32_output): DTypeError or ShapeError otherwise. For f32
+// and bf16 one oneDNN primitive adds the bias and applies a ReLU as post-ops (other activations
+// run after it); elsewhere (f64, or a case oneDNN has no kernel for) the bias and the activation
+// follow conv2d in y's dtype. The activation must support the dtype (DTypeError).
+DTENSOR_KERNEL(Tensor, conv2d_bias,
+               (const Tensor& x, const Tensor& w, const Tensor& bias,
+                std::optional<UnaryOp> activation, const Conv2dParams& params),
+               (x, w, bias, activation, params), "conv2d_bias", (x, w, bias),
+               checks::conv2d_bias(x, w, bias, params))
 // The gradient of conv2d with respect to x (of `x_shape`), given w and the output gradient dy.
 DTENSOR_KERNEL(Tensor, conv2d_backprop_input,
                (const Shape& x_shape, const Tensor& w, const Tensor& dy,

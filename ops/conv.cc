@@ -161,6 +161,11 @@ void check_dy(const char* op, const DTensor& dy, const Shape& want) {
   }
 }
 
+// The result's dtype: the operands', or f32 for bf16 operands with f32_output (the mixed policy).
+DType result_dtype(const DTensor& operand, const kernels::Conv2dParams& p) {
+  return p.f32_output ? DType::kF32 : operand.dtype();
+}
+
 double conv_flops(const Shape& out, const Shape& w_shape) {
   return 2.0 * static_cast<double>(num_elements(out)) * static_cast<double>(w_shape[0]) *
          static_cast<double>(w_shape[1]) * static_cast<double>(w_shape[2]);
@@ -262,14 +267,15 @@ DTensor conv2d_halo(const DTensor& x, const DTensor& w, const ConvShapes& shapes
   if (save) *save = std::make_shared<const SavedWindows>(SavedWindows{xs.layout(), ext});
   const int64_t opg = w.shape()[3] / options.groups;
   const auto& ids = x.mesh().local_device_ids();
+  const DType dtype = result_dtype(x, shapes.params);
   std::vector<Tensor> y = run_per_device(
-      x.mesh(), x.dtype(), [&](size_t i) { return out_layout.shard_shape(shapes.out, ids[i]); },
+      x.mesh(), dtype, [&](size_t i) { return out_layout.shard_shape(shapes.out, ids[i]); },
       [&](size_t i) { return ext[i].num_elements() > 0; },
       [&](size_t i) {
         const Tensor& wi = ws.shard(static_cast<int64_t>(i));
         return kernels::conv2d(ext[i], wi, halo_params(shapes.params, window, i, wi.dim(3), opg));
       });
-  return DTensor::from_trusted_shards(shapes.out, x.dtype(), out_layout, std::move(y));
+  return DTensor::from_trusted_shards(shapes.out, dtype, out_layout, std::move(y));
 }
 
 DTensor conv2d_backprop_input_halo(const Shape& input_shape, const DTensor& w, const DTensor& dy,
@@ -294,8 +300,9 @@ DTensor conv2d_backprop_input_halo(const Shape& input_shape, const DTensor& w, c
     const int64_t groups = options.groups > 1 ? wi.dim(3) / opg : 1;
     return window.extended_shape(i, dys.shard(static_cast<int64_t>(i)).dim(0), wi.dim(2) * groups);
   };
+  const DType dtype = result_dtype(w, shapes.params);
   std::vector<Tensor> dext = run_per_device(
-      w.mesh(), w.dtype(), ext_shape,
+      w.mesh(), dtype, ext_shape,
       [&](size_t i) { return dys.shard(static_cast<int64_t>(i)).num_elements() > 0; },
       [&](size_t i) {
         const Tensor& wi = ws.shard(static_cast<int64_t>(i));
@@ -303,8 +310,7 @@ DTensor conv2d_backprop_input_halo(const Shape& input_shape, const DTensor& w, c
             ext_shape(i), wi, dys.shard(static_cast<int64_t>(i)),
             halo_params(shapes.params, window, i, wi.dim(3), opg));
       });
-  return DTensor::from_trusted_shards(input_shape, w.dtype(), out_layout,
-                                      window.extend_adjoint(dext));
+  return DTensor::from_trusted_shards(input_shape, dtype, out_layout, window.extend_adjoint(dext));
 }
 
 // `saved`: x's windows from the forward pass, used when x has the layout they were made in.
@@ -329,8 +335,9 @@ DTensor conv2d_backprop_filter_halo(const DTensor& x, const Shape& filter_shape,
       saved && saved->layout == xs.layout() ? saved->windows : window.extend(xs.shards());
   const int64_t opg = filter_shape[3] / options.groups;
   const auto& ids = x.mesh().local_device_ids();
+  const DType dtype = result_dtype(x, shapes.params);
   std::vector<Tensor> dw = run_per_device(
-      x.mesh(), x.dtype(), [&](size_t i) { return out_layout.shard_shape(filter_shape, ids[i]); },
+      x.mesh(), dtype, [&](size_t i) { return out_layout.shard_shape(filter_shape, ids[i]); },
       [&](size_t i) {
         return ext[i].num_elements() > 0 && dys.shard(static_cast<int64_t>(i)).num_elements() > 0;
       },
@@ -340,7 +347,7 @@ DTensor conv2d_backprop_filter_halo(const DTensor& x, const Shape& filter_shape,
         return kernels::conv2d_backprop_filter(
             ext[i], w_local, dyi, halo_params(shapes.params, window, i, dyi.dim(3), opg));
       });
-  return DTensor::from_trusted_shards(filter_shape, x.dtype(), out_layout, std::move(dw));
+  return DTensor::from_trusted_shards(filter_shape, dtype, out_layout, std::move(dw));
 }
 
 // H and W letters of an activation under kGather.
@@ -348,13 +355,21 @@ constexpr int kWholeH = kBroadcastDim, kWholeW = kBroadcastDim;
 
 // ---- conv2d ------------------------------------------------------------------------------------
 
-DTensor conv2d_forward(const DTensor& x, const DTensor& w, const Conv2dOptions& options,
-                       std::shared_ptr<const SavedWindows>* save = nullptr) {
+// conv2d's checks of its operands; the kernel parameters and y's shape.
+ConvShapes checked_conv2d(const DTensor& x, const DTensor& w, const Conv2dOptions& options) {
   check_same_mesh("conv2d", {&x, &w});
   check_float("conv2d", x);
   check_same_dtype("conv2d", x, w);
-  const ConvShapes shapes =
-      conv_shapes("conv2d", x.shape(), x.short_string(), w.shape(), w.short_string(), options);
+  return conv_shapes("conv2d", x.shape(), x.short_string(), w.shape(), w.short_string(), options);
+}
+
+// `f32_output` (bf16 operands, the mixed policy): the f32 sums as they are, here and in the two
+// gradients below.
+DTensor conv2d_forward(const DTensor& x, const DTensor& w, const Conv2dOptions& options,
+                       std::shared_ptr<const SavedWindows>* save = nullptr,
+                       bool f32_output = false) {
+  ConvShapes shapes = checked_conv2d(x, w, options);
+  shapes.params.f32_output = f32_output;
   switch (plan_conv2d_spatial(x, shapes.params)) {
     case SpatialPlan::kGather:
       break;
@@ -370,20 +385,21 @@ DTensor conv2d_forward(const DTensor& x, const DTensor& w, const Conv2dOptions& 
                   Linearity::kMultilinear};
   const kernels::Conv2dParams params = shapes.params;
   const int64_t opg = w.shape()[3] / options.groups;
-  return expand(sig, {&x, &w}, shapes.out, x.dtype(), conv_flops(shapes.out, w.shape()),
-                [params, opg](const Shards& s) {
+  return expand(sig, {&x, &w}, shapes.out, result_dtype(x, params),
+                conv_flops(shapes.out, w.shape()), [params, opg](const Shards& s) {
                   return kernels::conv2d(s[0], s[1], local_params(params, s[1].shape()[3], opg));
                 });
 }
 
 DTensor conv2d_backprop_input_forward(const Shape& input_shape, const DTensor& w, const DTensor& dy,
-                                      const Conv2dOptions& options) {
+                                      const Conv2dOptions& options, bool f32_output = false) {
   check_same_mesh("conv2d_backprop_input", {&w, &dy});
   check_float("conv2d_backprop_input", w);
   check_same_dtype("conv2d_backprop_input", w, dy);
-  const ConvShapes shapes =
+  ConvShapes shapes =
       conv_shapes("conv2d_backprop_input", input_shape, shape_to_string(input_shape), w.shape(),
                   w.short_string(), options, dy.short_string());
+  shapes.params.f32_output = f32_output;
   check_dy("conv2d_backprop_input", dy, shapes.out);
   switch (plan_conv2d_backprop_input_spatial(dy, shapes.params)) {
     case SpatialPlan::kGather:
@@ -403,7 +419,7 @@ DTensor conv2d_backprop_input_forward(const Shape& input_shape, const DTensor& w
   const int64_t opg = w.shape()[3] / options.groups;
   const Shape whole = input_shape;
   return expand(
-      sig, {&w, &dy}, input_shape, w.dtype(), conv_flops(shapes.out, w.shape()),
+      sig, {&w, &dy}, input_shape, result_dtype(w, params), conv_flops(shapes.out, w.shape()),
       [params, opg, whole](const Shards& s) {
         const kernels::Conv2dParams local = local_params(params, s[0].shape()[3], opg);
         // This device's batch rows and channels of x (whole groups with groups > 1).
@@ -414,13 +430,15 @@ DTensor conv2d_backprop_input_forward(const Shape& input_shape, const DTensor& w
 
 DTensor conv2d_backprop_filter_forward(const DTensor& x, const Shape& filter_shape,
                                        const DTensor& dy, const Conv2dOptions& options,
-                                       const SavedWindows* saved = nullptr) {
+                                       const SavedWindows* saved = nullptr,
+                                       bool f32_output = false) {
   check_same_mesh("conv2d_backprop_filter", {&x, &dy});
   check_float("conv2d_backprop_filter", x);
   check_same_dtype("conv2d_backprop_filter", x, dy);
-  const ConvShapes shapes =
+  ConvShapes shapes =
       conv_shapes("conv2d_backprop_filter", x.shape(), x.short_string(), filter_shape,
                   shape_to_string(filter_shape), options, dy.short_string());
+  shapes.params.f32_output = f32_output;
   check_dy("conv2d_backprop_filter", dy, shapes.out);
   switch (plan_conv2d_backprop_filter_spatial(x, dy, shapes.params)) {
     case SpatialPlan::kGather:
@@ -445,7 +463,7 @@ DTensor conv2d_backprop_filter_forward(const DTensor& x, const Shape& filter_sha
   stacking.contraction_axes = {0, 0};
   stacking.chunk_rows = invariant_chunk_rows(x.shape()[0], flops);
   return expand(
-      sig, {&x, &dy}, filter_shape, x.dtype(), flops,
+      sig, {&x, &dy}, filter_shape, result_dtype(x, params), flops,
       [params, opg, whole](const Shards& s) {
         const kernels::Conv2dParams local = local_params(params, s[1].shape()[3], opg);
         const Shape w_local = {whole[0], whole[1], params.groups == 1 ? s[0].shape()[3] : whole[2],
@@ -453,6 +471,83 @@ DTensor conv2d_backprop_filter_forward(const DTensor& x, const Shape& filter_sha
         return kernels::conv2d_backprop_filter(s[0], w_local, s[1], local);
       },
       stacking);
+}
+
+// activation(conv2d(x, w) + b): one conv2d_bias kernel per shard, unless the layouts make the
+// convolution partial or spatially sharded: then conv2d_forward, add and the activation.
+DTensor conv2d_bias_forward(const DTensor& x, const DTensor& w, const DTensor& b,
+                            DenseActivation activation, const Conv2dOptions& options,
+                            std::shared_ptr<const SavedWindows>* save, bool f32_output) {
+  ConvShapes shapes = checked_conv2d(x, w, options);
+  shapes.params.f32_output = f32_output;
+  check_same_mesh("conv2d", {&x, &b});
+  const DType out = result_dtype(x, shapes.params);
+  const int64_t o = w.shape()[3];
+  if (b.dtype() != out || b.shape() != Shape{o}) {
+    const std::string message =
+        fmt::format("the bias {} must be {}[{}] for x {} and the filter {}", b.short_string(),
+                    dtype_name(out), o, x.short_string(), w.short_string());
+    if (b.dtype() != out) throw_error<DTypeError>("conv2d", "{}", message);
+    throw_error<ShapeError>("conv2d", "{}", message);
+  }
+  const bool relu = activation == DenseActivation::kRelu;
+  const ChannelLetters ch = channel_letters(x.mesh(), options.groups, x.shape()[3], o);
+  OpSignature sig{"conv2d",
+                  std::string(options.groups > 1 ? "g," : "") + (relu ? "bias,relu" : "bias"),
+                  {{{kN, kWholeH, kWholeW, ch.in}, false},
+                   {{kBroadcastDim, kBroadcastDim, ch.filter_in, ch.out}, false},
+                   {{ch.out}, false}},
+                  {kN, kWholeH, kWholeW, ch.out},
+                  Linearity::kNone};
+  // The bias and the activation must wait for a partial sum, and the halo path has no fused kernel.
+  if (spatially_sharded(x) || decide_sharding(sig, {&x, &w, &b})->output.is_partial()) {
+    const DTensor y = add(conv2d_forward(x, w, options, save, f32_output), b);
+    return relu ? dtensor::relu(y) : y;
+  }
+  const kernels::Conv2dParams params = shapes.params;
+  const int64_t opg = o / options.groups;
+  const std::optional<kernels::UnaryOp> act =
+      relu ? std::optional<kernels::UnaryOp>(kernels::UnaryOp::kRelu) : std::nullopt;
+  return expand(sig, {&x, &w, &b}, shapes.out, out, conv_flops(shapes.out, w.shape()),
+                [params, opg, act](const Shards& s) {
+                  return kernels::conv2d_bias(s[0], s[1], s[2], act,
+                                              local_params(params, s[1].shape()[3], opg));
+                });
+}
+
+// conv2d's gradients for x and w (the first two of `n`) from the output gradient g, through the
+// recorded ops (gradients of gradients), the filter gradient on x's saved halo windows if any.
+Grads conv_grads(const DTensor& g, const DTensor& x, const DTensor& w, const Conv2dOptions& options,
+                 const std::shared_ptr<const SavedWindows>& windows, size_t n) {
+  Grads grads(n);
+  if (gradient_needed(0)) grads[0] = conv2d_backprop_input(x.shape(), w, g, options);
+  if (gradient_needed(1)) {
+    grads[1] = windows ? unrecorded([&] {
+      return conv2d_backprop_filter_forward(x, w.shape(), g, options, windows.get());
+    })
+                       : conv2d_backprop_filter(x, w.shape(), g, options);
+  }
+  return grads;
+}
+
+// The mixed form: g cast to bf16 once, both gradients f32 from bf16 convolutions of x16 and w16.
+Grads mixed_conv_grads(const DTensor& g, const DTensor& x16, const DTensor& w16,
+                       const Conv2dOptions& options,
+                       const std::shared_ptr<const SavedWindows>& windows, size_t n) {
+  const DTensor g16 = precision_internal::bf16_operand(g);
+  Grads grads(n);
+  if (gradient_needed(0)) {
+    grads[0] = conv2d_backprop_input_forward(x16.shape(), w16, g16, options, true);
+  }
+  if (gradient_needed(1)) {
+    grads[1] = conv2d_backprop_filter_forward(x16, w16.shape(), g16, options, windows.get(), true);
+  }
+  return grads;
+}
+
+// The gradient before the activation: g where the ReLU let the value through.
+DTensor before_activation(const DTensor& g, const DTensor& y, DenseActivation activation) {
+  return activation == DenseActivation::kRelu ? mul(g, relu_mask(y)) : g;
 }
 
 }  // namespace
@@ -466,14 +561,25 @@ DTensor conv2d(const DTensor& x, const DTensor& w, const Conv2dOptions& options)
       {&x, &w}, [&] { return conv2d_forward(x, w, options, &windows); },
       [&](const DTensor&) {
         return [x, w, options, windows](const DTensor& g) -> Grads {
-          Grads grads(2);
-          if (gradient_needed(0)) grads[0] = conv2d_backprop_input(x.shape(), w, g, options);
-          if (gradient_needed(1)) {
-            grads[1] = windows ? unrecorded([&] {
-              return conv2d_backprop_filter_forward(x, w.shape(), g, options, windows.get());
-            })
-                               : conv2d_backprop_filter(x, w.shape(), g, options);
-          }
+          return conv_grads(g, x, w, options, windows, 2);
+        };
+      });
+}
+
+DTensor conv2d(const DTensor& x, const DTensor& w, const DTensor& b, DenseActivation activation,
+               const Conv2dOptions& options) {
+  if (precision_internal::runs_mixed(x, w)) {
+    return precision_internal::mixed_conv2d(x, w, b, activation, options);
+  }
+  std::shared_ptr<const SavedWindows> windows;
+  return recorded(
+      {&x, &w, &b},
+      [&] { return conv2d_bias_forward(x, w, b, activation, options, &windows, false); },
+      [&](const DTensor& y) {
+        return [x, w, sb = b.shape(), options, windows, y, activation](const DTensor& g) -> Grads {
+          const DTensor gz = before_activation(g, y, activation);
+          Grads grads = conv_grads(gz, x, w, options, windows, 3);
+          if (gradient_needed(2)) grads[2] = sum_to(gz, sb);
           return grads;
         };
       });
@@ -507,6 +613,45 @@ DTensor conv2d_backprop_filter(const DTensor& x, const Shape& filter_shape, cons
           if (gradient_needed(0)) grads[0] = conv2d_backprop_input(x.shape(), g, dy, options);
           if (gradient_needed(1)) grads[1] = conv2d(x, g, options);
           return grads;
+        };
+      });
+}
+
+// The mixed forms (ops/precision.h): bf16 copies of the f32 operands (the filter from the copy its
+// optimizer keeps), f32 results straight from the accumulator (the f32 bias and ReLU fused in),
+// the f32 gradient cast to bf16 once for the two gradient convolutions, x's halo windows (bf16)
+// reused by the filter gradient.
+DTensor precision_internal::mixed_conv2d(const DTensor& x, const DTensor& w,
+                                         const Conv2dOptions& options) {
+  checked_conv2d(x, w, options);  // errors name the caller's f32 operands, not their bf16 copies
+  const DTensor x16 = bf16_operand(x), w16 = bf16_weight(w);
+  std::shared_ptr<const SavedWindows> windows;
+  return recorded(
+      {&x, &w}, [&] { return conv2d_forward(x16, w16, options, &windows, /*f32_output=*/true); },
+      [&](const DTensor&) {
+        return [x16, w16, options, windows, bf16 = bf16_reduction()](const DTensor& g) -> Grads {
+          return reduced_as_policy(mixed_conv_grads(g, x16, w16, options, windows, 2), bf16);
+        };
+      });
+}
+
+DTensor precision_internal::mixed_conv2d(const DTensor& x, const DTensor& w, const DTensor& b,
+                                         DenseActivation activation, const Conv2dOptions& options) {
+  checked_conv2d(x, w, options);
+  const DTensor x16 = bf16_operand(x), w16 = bf16_weight(w);
+  const DTensor b32 =
+      b.dtype() == DType::kF32 ? b : unrecorded([&] { return cast(b, DType::kF32); });
+  std::shared_ptr<const SavedWindows> windows;
+  return recorded(
+      {&x, &w, &b},
+      [&] { return conv2d_bias_forward(x16, w16, b32, activation, options, &windows, true); },
+      [&](const DTensor& y) {
+        return [x16, w16, sb = b.shape(), options, windows, y, activation,
+                bf16 = bf16_reduction()](const DTensor& g) -> Grads {
+          const DTensor gz = before_activation(g, y, activation);
+          Grads grads = mixed_conv_grads(gz, x16, w16, options, windows, 3);
+          if (gradient_needed(2)) grads[2] = sum_to(gz, sb);
+          return reduced_as_policy(std::move(grads), bf16);
         };
       });
 }

@@ -463,6 +463,46 @@ TEST_CASE("a CNN's gradients on sharded layouts equal one device") {
   }
 }
 
+// The fused form against the ops it fuses: one device (oneDNN's f32 epilogue) and random layouts
+// (f64, partial terms included; a partial or spatially sharded convolution runs them unfused).
+TEST_CASE("conv2d with a fused bias and ReLU equals relu(bias_add(conv2d)), value and gradients") {
+  Placer p(10);
+  Conv2dOptions same;
+  same.padding = {Padding2d::kSame};
+  auto run = [&](bool fused, const DTensor& dx, const DTensor& dw, const DTensor& db,
+                 const Tensor& r) {
+    GradientTape tape;
+    for (const DTensor* t : {&dx, &dw, &db}) tape.watch(*t);
+    const DTensor y = fused ? conv2d(dx, dw, db, DenseActivation::kRelu, same)
+                            : relu(bias_add(conv2d(dx, dw, same), db));
+    const DTensor loss = reduce_sum(mul(y, distribute(r, Layout::replicated(y.mesh(), 4))));
+    std::vector<Tensor> out{to_global(y)};
+    for (const DTensor& g : tape.gradient(loss, {dx, dw, db})) out.push_back(to_global(g));
+    return out;
+  };
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    const Tensor x = values({5, 6, 6, 4}, p.rng(), dtype), w = values({3, 3, 4, 6}, p.rng(), dtype),
+                 b = values({6}, p.rng(), dtype), r = values({5, 6, 6, 6}, p.rng(), dtype);
+    const std::vector<Tensor> want =
+        run(false, on_one_device(x), on_one_device(w), on_one_device(b), r);
+    const std::vector<Tensor> one =
+        run(true, on_one_device(x), on_one_device(w), on_one_device(b), r);
+    for (size_t k = 0; k < want.size(); ++k) {
+      check_close(one[k], want[k], fmt::format("{} one device, output {}", dtype_name(dtype), k));
+    }
+    if (dtype == DType::kF32) continue;
+    for (int i = 0; i < 30; ++i) {
+      const Mesh& mesh = p.mesh();
+      const DTensor dx = p.put(x, mesh), dw = p.put(w, mesh), db = p.put(b, mesh);
+      const std::vector<Tensor> got = run(true, dx, dw, db, r);
+      for (size_t k = 0; k < got.size(); ++k) {
+        check_close(got[k], want[k], fmt::format("output {} with {}", k, describe({dx, dw, db})),
+                    1e-9);
+      }
+    }
+  }
+}
+
 // ---- Dropout ---------------------------------------------------------------------------------
 
 TEST_CASE("dropout keeps the same elements on every mesh and layout") {
@@ -560,6 +600,15 @@ TEST_CASE("conv expansions emit only the collectives the layouts force", "[local
     CHECK(y.layout() == layout({u, u, u, "batch"}));
     check_close(to_global(y), ref_conv2d(x, wg, grouped), "grouped");
   }
+  SECTION("the fused conv2d on batch sharding: no collective, the bias with the channels") {
+    const DTensor dx = distribute(x, Layout::batch_sharded(mesh, "batch", 4));
+    const DTensor b = distribute(values({16}, rng), Layout::replicated(mesh, 1));
+    reset_collective_stats();
+    const DTensor y =
+        conv2d(dx, distribute(w, Layout::replicated(mesh, 4)), b, DenseActivation::kRelu, same);
+    CHECK(collective_stats().total() == 0);
+    CHECK(y.layout() == dx.layout());
+  }
   SECTION("pooling, lrn, bias_add and flatten on batch or channel sharding: no collective") {
     for (const Layout& l : {Layout::batch_sharded(mesh, "batch", 4), layout({u, u, u, "batch"})}) {
       const DTensor dx = distribute(x, l);
@@ -607,6 +656,17 @@ TEST_CASE("CNN ops reject bad inputs with exact errors") {
       conv2d(put({5, 5, 3}), w, o), ShapeError,
       Message("[conv2d] x f32[5,5,3] [unsharded,unsharded,unsharded] must be [n,h,w,c] and the "
               "filter f32[3,3,3,4] [unsharded,unsharded,unsharded,unsharded] [kh,kw,c/groups,o]"));
+  // The fused form: a bias of the output channels in x's dtype.
+  CHECK_THROWS_MATCHES(
+      conv2d(x, w, put({3}), DenseActivation::kRelu, o), ShapeError,
+      Message("[conv2d] the bias f32[3] [unsharded] must be f32[4] for x f32[2,5,5,3] "
+              "[unsharded,unsharded,unsharded,unsharded] and the filter f32[3,3,3,4] "
+              "[unsharded,unsharded,unsharded,unsharded]"));
+  CHECK_THROWS_MATCHES(
+      conv2d(x, w, put({4}, DType::kF64), DenseActivation::kRelu, o), DTypeError,
+      Message("[conv2d] the bias f64[4] [unsharded] must be f32[4] for x f32[2,5,5,3] "
+              "[unsharded,unsharded,unsharded,unsharded] and the filter f32[3,3,3,4] "
+              "[unsharded,unsharded,unsharded,unsharded]"));
   Conv2dOptions stride0;
   stride0.strides = {1, 0};
   CHECK_THROWS_MATCHES(conv2d(x, w, stride0), InvalidArgumentError,

@@ -151,19 +151,6 @@ DTensor dense_forward(const DTensor& x, const DTensor& w, const DTensor& b,
       stacking);
 }
 
-// 1 where y > 0, else 0, in y's dtype: ReLU's derivative read from its output (y > 0 exactly
-// where the pre-activation is).
-DTensor relu_mask(const DTensor& y) {
-  const int rank = static_cast<int>(y.rank());
-  OpSignature sig{"dense",
-                  "relu_grad",
-                  {OperandDims{iota_letters(rank), false}},
-                  iota_letters(rank),
-                  Linearity::kNone};
-  return expand(sig, {&y}, y.shape(), y.dtype(), static_cast<double>(num_elements(y.shape())),
-                [](const Shards& s) { return kernels::unary(kernels::UnaryOp::kReluGrad, s[0]); });
-}
-
 // The VJPs below take the operands the forward product used (f32, or the bf16 copies of f32
 // variables under a mixed policy) and `product(a, b, ta, tb)`, the product that made y: matmul,
 // or the f32 result of bf16 operands. The incoming gradient is cast once to the operands' dtype,
@@ -209,20 +196,6 @@ DTensor public_matmul(const DTensor& a, const DTensor& b, bool ta, bool tb) {
 DTensor f32_product(const DTensor& a, const DTensor& b, bool ta, bool tb) {
   return matmul_forward(a, b, ta, tb, /*f32_output=*/true);
 }
-
-// The policy's reduction of a partial gradient: in bf16 when it says so (each f32 term rounded
-// to bf16 once, summed in bf16, widened), else left partial for the f32 sum where it is needed.
-Grads reduced_as_policy(Grads grads, bool bf16_reduction) {
-  if (!bf16_reduction) return grads;
-  for (std::optional<DTensor>& g : grads) {
-    if (g && g->layout().is_partial()) {
-      g = cast(relayout(cast(*g, DType::kBF16), g->layout().without_partial()), DType::kF32);
-    }
-  }
-  return grads;
-}
-
-bool bf16_reduction() { return current_policy().gradient_reduction_dtype() == DType::kBF16; }
 
 }  // namespace
 

@@ -244,6 +244,19 @@ DTensor fill_like(const DTensor& y, double value) {
   return fill(y.shape(), y.layout().without_partial(), value, y.dtype());
 }
 
+// 1 where y > 0, else 0, in y's dtype: ReLU's derivative read from its output (y > 0 exactly
+// where the pre-activation is), for the VJPs of the ops that fuse a ReLU (dense, conv2d).
+DTensor relu_mask(const DTensor& y) {
+  const int rank = static_cast<int>(y.rank());
+  OpSignature sig{"dense",  // its first user; the name plan caches and traces know
+                  "relu_grad",
+                  {OperandDims{iota_letters(rank), false}},
+                  iota_letters(rank),
+                  Linearity::kNone};
+  return expand(sig, {&y}, y.shape(), y.dtype(), static_cast<double>(num_elements(y.shape())),
+                [](const Shards& s) { return kernels::unary(kernels::UnaryOp::kReluGrad, s[0]); });
+}
+
 DTensor unreduce(const DTensor& g, const DTensor& x, const std::vector<int64_t>& axes,
                  bool keepdims) {
   DTensor kept = keepdims ? g : reshape(g, reduced_shape(x.shape(), axes, true));

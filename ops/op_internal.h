@@ -130,6 +130,8 @@ std::pair<DTensor, DTensor> exact_product_operands(const DTensor& a, const DTens
 DTensor sum_to(const DTensor& g, const Shape& shape);
 // `value` in y's shape, dtype and layout (without its partial dims).
 DTensor fill_like(const DTensor& y, double value);
+// 1 where y > 0, else 0, in y's dtype (ReLU's derivative read from its output).
+DTensor relu_mask(const DTensor& y);
 // `g` (of the shape a reduction of x over sorted `axes` gave) broadcast back to x's shape.
 DTensor unreduce(const DTensor& g, const DTensor& x, const std::vector<int64_t>& axes,
                  bool keepdims);

@@ -181,6 +181,12 @@ struct Conv2dOptions {
 
 // y[n, oh, ow, o] = sum over kh, kw and the c of o's group of x[n, ih, iw, c] * w[kh, kw, c, o].
 DTensor conv2d(const DTensor& x, const DTensor& w, const Conv2dOptions& options = {});
+// activation(conv2d(x, w) + b) for b [o] of x's dtype: one kernel per shard, the bias and the ReLU
+// fused into the convolution (as dense), the bias sharded as the output channels. When the
+// layouts make the convolution partial (c sharded) or h or w are sharded (halo exchange), the
+// bias and the activation run as ops of their own after it.
+DTensor conv2d(const DTensor& x, const DTensor& w, const DTensor& b, DenseActivation activation,
+               const Conv2dOptions& options = {});
 // The gradient of conv2d with respect to its input (of `input_shape`), given the filter and the
 // output gradient dy. Linear in w and dy; dy's o sharded gives a partial-sum result.
 DTensor conv2d_backprop_input(const Shape& input_shape, const DTensor& w, const DTensor& dy,

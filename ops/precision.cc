@@ -77,8 +77,16 @@ DTensor bf16_weight(const DTensor& w) {
   return copy ? *copy : bf16_operand(w);
 }
 
-DTensor mixed_conv2d(const DTensor& x, const DTensor& w, const Conv2dOptions& options) {
-  return cast(conv2d(to_compute_dtype(x), to_compute_dtype(w), options), DType::kF32);
+bool bf16_reduction() { return current_policy().gradient_reduction_dtype() == DType::kBF16; }
+
+Grads reduced_as_policy(Grads grads, bool bf16_reduction) {
+  if (!bf16_reduction) return grads;
+  for (std::optional<DTensor>& g : grads) {
+    if (g && g->layout().is_partial()) {
+      g = cast(relayout(cast(*g, DType::kBF16), g->layout().without_partial()), DType::kF32);
+    }
+  }
+  return grads;
 }
 
 }  // namespace precision_internal

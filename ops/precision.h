@@ -6,8 +6,8 @@
 //   DTensor y = dense(x, w.value(), b.value(), DenseActivation::kRelu);
 //
 // Under a policy with a bf16 compute dtype, matmul, dense and conv2d called with f32 operands
-// run on bf16 copies of them (oneDNN: bf16 products, f32 accumulation); matmul and dense return
-// the f32 accumulator as it is (no bf16 rounding of the result), conv2d its bf16 result widened.
+// run on bf16 copies of them (oneDNN: bf16 products, f32 accumulation) and return the f32
+// accumulator as it is (no bf16 rounding of the result).
 // Everything around them (softmax, cross-entropy, layer norm, reductions, the loss, the
 // optimizer) stays f32. Gradients flow back as f32: each f32 input gets an f32 gradient, the
 // incoming gradient cast to bf16 once for the two products that use it. The partial gradient of
@@ -22,7 +22,9 @@
 // function here is thread-safe.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "dtensor/dtensor.h"
 #include "ops/ops.h"
@@ -93,8 +95,21 @@ bool runs_mixed(const DTensor& a, const DTensor& b);
 DTensor mixed_matmul(const DTensor& a, const DTensor& b, bool transpose_a, bool transpose_b);
 DTensor mixed_dense(const DTensor& x, const DTensor& w, const DTensor& b,
                     DenseActivation activation);
-// conv2d on the bf16 copies of its operands, its bf16 result widened (through to_compute_dtype).
+// conv2d with f32 operands as an op of its own (ops/conv.cc), as mixed_dense: bf16 copies of the
+// operands (the filter from its variable's copy), the f32 result straight from oneDNN's
+// accumulator, and f32 gradients from bf16 convolutions of the gradient cast to bf16 once.
 DTensor mixed_conv2d(const DTensor& x, const DTensor& w, const Conv2dOptions& options);
+// The same with the f32 bias (and ReLU) fused: added to the f32 accumulator.
+DTensor mixed_conv2d(const DTensor& x, const DTensor& w, const DTensor& b,
+                     DenseActivation activation, const Conv2dOptions& options);
+
+// Whether the current policy sums partial gradients in bf16 (read when a mixed op records itself).
+bool bf16_reduction();
+// A mixed op's gradients, each partial one reduced as `bf16_reduction` says: in bf16 (each f32
+// term rounded to bf16 once, summed in bf16, widened), or left partial for the f32 sum where
+// the variable's layout needs it.
+std::vector<std::optional<DTensor>> reduced_as_policy(std::vector<std::optional<DTensor>> grads,
+                                                      bool bf16_reduction);
 
 // x cast to bf16 without a tape entry (the mixed ops record themselves).
 DTensor bf16_operand(const DTensor& x);

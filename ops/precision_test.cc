@@ -14,6 +14,7 @@
 #include "ops/autograd.h"
 #include "ops/ops.h"
 #include "ops/precision.h"
+#include "tests/test_tensors.h"
 
 using namespace dtensor;
 using Catch::Message;
@@ -21,13 +22,7 @@ using Catch::Message;
 namespace {
 
 // Values with more bits than bf16 keeps: an op that ran in bf16 gives other bits than in f32.
-Tensor values(const Shape& shape, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  Tensor t = Tensor::empty(shape, DType::kF32);
-  for (int64_t i = 0; i < t.num_elements(); ++i) t.data<float>()[i] = u(rng);
-  return t;
-}
+Tensor values(const Shape& shape, uint64_t seed) { return testing::uniform_f32(shape, seed); }
 
 std::vector<float> floats(const DTensor& x) {
   const Tensor g = to_global(x);
@@ -120,8 +115,8 @@ TEST_CASE("a policy scope is per thread, nests and restores", "[precision]") {
 }
 
 TEST_CASE("mixed_bfloat16 runs matmul, dense and conv2d in bf16 and returns f32", "[precision]") {
-  // matmul and dense return the f32 accumulator of the bf16 products: rounded to bf16, it is the
-  // explicit bf16 computation's result; the bias and ReLU are applied to it in f32.
+  // matmul, dense and conv2d return the f32 accumulator of the bf16 products: rounded to bf16, it
+  // is the explicit bf16 computation's result; the bias and ReLU are applied to it in f32.
   const Mesh mesh = Mesh::create({{"batch", 1}}, DeviceType::kCPU);
   const DTensor x = distribute(values({6, 10}, 5), Layout::replicated(mesh, 2));
   const DTensor w = distribute(values({10, 7}, 6), Layout::replicated(mesh, 2));
@@ -143,7 +138,8 @@ TEST_CASE("mixed_bfloat16 runs matmul, dense and conv2d in bf16 and returns f32"
     PolicyScope f32(Policy::float32());
     return relu(add(y_matmul, b));
   }()));
-  CHECK(same_values(y_conv, cast(conv2d(bf(img), bf(filter)), DType::kF32)));
+  CHECK(same_values(rounded(y_conv), cast(conv2d(bf(img), bf(filter)), DType::kF32)));
+  CHECK(!all_bf16_values(y_conv));
   CHECK(!same_values(y_matmul, f32_matmul));
   CHECK(!same_values(y_dense, f32_dense));
   CHECK(!same_values(y_conv, f32_conv));

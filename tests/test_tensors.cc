@@ -30,6 +30,14 @@ double to_double(T v) {
 
 }  // namespace
 
+Tensor uniform_f32(const Shape& shape, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Tensor t = Tensor::empty(shape, DType::kF32);
+  for (int64_t i = 0; i < t.num_elements(); ++i) t.data<float>()[i] = u(rng);
+  return t;
+}
+
 Tensor integer_tensor(const Shape& shape, DType dtype, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int64_t> dist(-50, 50);

@@ -12,6 +12,10 @@ namespace dtensor::testing {
 // exact in every dtype, so sharded and single-device results can be compared bit for bit.
 Tensor integer_tensor(const Shape& shape, DType dtype, uint64_t seed);
 
+// f32 values uniform in [-1, 1) with every mantissa bit in use: a computation that ran in bf16
+// gives other bits than the same one in f32.
+Tensor uniform_f32(const Shape& shape, uint64_t seed);
+
 // `global` in `layout`, with non-trivial partial terms: along the partial dims every device holds
 // a different term (integer noise), and the terms reduce to `global` (exactly for integer-valued
 // data).

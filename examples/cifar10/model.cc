@@ -52,14 +52,16 @@ DTensor Cifar10Cnn::operator()(const DTensor& images) const {
     return local_response_normalization(t, /*depth_radius=*/4, /*bias=*/1.0, /*alpha=*/0.001 / 9.0,
                                         /*beta=*/0.75);
   };
-  DTensor h = relu(bias_add(conv2d(x, v[0].value(), conv), v[1].value()));
+  // Each layer's bias and ReLU fused into its convolution or product (one kernel per shard).
+  const DenseActivation relu = DenseActivation::kRelu;
+  DTensor h = conv2d(x, v[0].value(), v[1].value(), relu, conv);
   h = norm(max_pool2d(h, pool));
-  h = relu(bias_add(conv2d(h, v[2].value(), conv), v[3].value()));
+  h = conv2d(h, v[2].value(), v[3].value(), relu, conv);
   h = max_pool2d(norm(h), pool);
   h = flatten(h);
-  h = relu(bias_add(matmul(h, v[4].value()), v[5].value()));
-  h = relu(bias_add(matmul(h, v[6].value()), v[7].value()));
-  return bias_add(matmul(h, v[8].value()), v[9].value());
+  h = dense(h, v[4].value(), v[5].value(), relu);
+  h = dense(h, v[6].value(), v[7].value(), relu);
+  return dense(h, v[8].value(), v[9].value());
 }
 
 }  // namespace dtensor::examples

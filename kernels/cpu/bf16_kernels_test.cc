@@ -9,34 +9,19 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <random>
 #include <string>
 
+#include "kernels/cpu/bf16_test_values.h"
 #include "kernels/cpu/matmul_onednn.h"
 #include "kernels/kernels.h"
 
 using namespace dtensor;
+using bf16_test::avx2_only;
+using bf16_test::bf16_values;
+using bf16_test::f64;
 
 namespace {
-
-#ifdef DTENSOR_TEST_AVX2
-// Before main, so before oneDNN reads its environment (on its first primitive).
-const bool avx2_only = [] { return setenv("DNNL_MAX_CPU_ISA", "AVX2", 1) == 0; }();
-#else
-const bool avx2_only = false;
-#endif
-
-Tensor bf16_values(const Shape& shape, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  Tensor t = Tensor::empty(shape, DType::kF64);
-  for (int64_t i = 0; i < t.num_elements(); ++i) t.data<double>()[i] = u(rng);
-  return kernels::cast(t, DType::kBF16);
-}
-
-Tensor f64(const Tensor& t) { return kernels::cast(t, DType::kF64); }
 
 // got against a @ b (+ bias, relu) in f64, within 2^-8 * sum |a_ik b_kj| (+ |bias|) per element.
 void require_within(const Tensor& got, const Tensor& a, const Tensor& b, const Tensor* bias,
