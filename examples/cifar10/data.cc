@@ -1,7 +1,6 @@
 #include "examples/cifar10/data.h"
 
 #include <algorithm>
-#include <filesystem>
 
 #include "examples/cifar10/synthetic_images.h"
 #include "runtime/error.h"
@@ -29,23 +28,15 @@ class FirstExamples final : public data::ExampleSource {
   int64_t n_;
 };
 
-std::string idx_file(const std::string& dir, const std::string& name) {
-  for (const std::string& candidate : {dir + "/" + name, dir + "/" + name + ".gz"}) {
-    if (std::filesystem::exists(candidate)) return candidate;
-  }
-  throw_error<IoError>("train", "no {0} or {0}.gz in '{1}'", name, dir);
-}
-
 }  // namespace
 
 Splits load_splits(const DataOptions& o) {
   Splits s;
   if (o.dataset == "fashion_mnist") {
     const std::string dir = o.data_dir.empty() ? kFashionMnistDir : o.data_dir;
-    s.train = data::open_mnist_examples(idx_file(dir, "train-images-idx3-ubyte"),
-                                        idx_file(dir, "train-labels-idx1-ubyte"), 0, o.train_limit);
-    s.test = data::open_mnist_examples(idx_file(dir, "t10k-images-idx3-ubyte"),
-                                       idx_file(dir, "t10k-labels-idx1-ubyte"), 0, o.test_limit);
+    data::MnistDirSplits splits = data::open_mnist_dir(dir, o.train_limit, o.test_limit, "train");
+    s.train = splits.train;
+    s.test = splits.test;
     s.image_shape = {28, 28, 1};
     s.description = "Fashion-MNIST (" + dir + ")";
     return s;

@@ -17,6 +17,7 @@
 
 #include "train/data/example_source.h"
 #include "train/data/image_augmentation.h"
+#include "train/data/mnist_dir.h"
 
 namespace dtensor::examples {
 
@@ -27,7 +28,7 @@ struct DataOptions {
   uint64_t seed = 0;
 };
 
-inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+using data::kFashionMnistDir;  // where the Debian package dataset-fashion-mnist puts it
 
 struct Splits {
   std::shared_ptr<const data::ExampleSource> train, test;
