@@ -2,6 +2,7 @@
 // wrapping integer arithmetic. Private to //kernels.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +13,8 @@
 #include "kernels/checks.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernel_types.h"
+#include "runtime/shape.h"
+#include "runtime/thread_pool.h"
 
 namespace dtensor::kernels::cpu::internal {
 
@@ -149,6 +152,26 @@ inline T min_nan(T a, T b) {
   } else {
     return a < b ? a : b;
   }
+}
+
+// Runs fn(begin, end) over [0, n) in one block per thread of ThreadPool::global(), or whole on
+// the calling thread when `work` (elements touched; a double, so that no estimate overflows) is
+// too small to be worth waking the pool, or when called from a pool task (a device's shard: the
+// devices already share the cores). The blocks are disjoint, so a kernel whose items write
+// disjoint outputs gives the same bits either way.
+template <typename Fn>
+void for_blocks(int64_t n, double work, Fn&& fn) {
+  constexpr double kMinParallelWork = 1 << 16;
+  ThreadPool& pool = ThreadPool::global();
+  const int64_t blocks = std::min<int64_t>(n, pool.num_threads());
+  if (blocks <= 1 || work < kMinParallelWork || ThreadPool::in_worker()) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  pool.parallel_for(blocks, [&](int64_t i) {
+    const ShardRange r = chunk_range(n, blocks, i);
+    fn(r.offset, r.offset + r.size);
+  });
 }
 
 // Reduces map(x[0..n)) with kLanes independent accumulators combined as a tree at the end: the

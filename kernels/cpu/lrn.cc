@@ -2,13 +2,15 @@
 //   d[c] = bias + alpha * sum_{|c' - c| <= r} x[c']^2,   y[c] = x[c] * d[c]^-beta
 //   dx[c] = dy[c] * d[c]^-beta - 2 alpha beta x[c] sum_{|c' - c| <= r} dy[c'] x[c'] d[c']^(-beta-1)
 // Computed in the element type (f32 sums of 2r + 1 squares), vectorized across the channels of
-// a row. f32 and f64, bf16 through f32.
+// a row, rows split over the thread pool. f32 and f64, bf16 through f32.
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/internal.h"
+#include "runtime/vector_clones.h"
 
 namespace dtensor::kernels::cpu {
 namespace {
@@ -31,7 +33,8 @@ Tensor like(const Tensor& r, DType dtype) {
 // d^-beta, without pow for the common exponents (the tutorial's 0.75, TF's default 0.5, 1):
 // pow costs more than the rest of the kernel together.
 template <typename T>
-void pow_neg_beta(const T* d, T* out, int64_t n, double beta) {
+[[gnu::always_inline]] inline void pow_neg_beta(const T* __restrict d, T* __restrict out, int64_t n,
+                                                double beta) {
   if (beta == 0.75) {
     for (int64_t c = 0; c < n; ++c) {
       const T r = T(1) / std::sqrt(d[c]);
@@ -46,69 +49,87 @@ void pow_neg_beta(const T* d, T* out, int64_t n, double beta) {
   }
 }
 
-// Window sums over one row of channels: the row is copied between r zeros on each side, so that
-// the sum over [c - r, c + r] is 2r + 1 shifted adds over the whole row (vectorized across c).
+// Scratch rows for the loops below (their helpers always inline, so that they are compiled into
+// each instruction-set copy of the loops): `padded` holds a row of n values between r zeros on each
+// side, so that the sum over [c - r, c + r] is 2r + 1 shifted adds over the whole row
+// (vectorized across c, in the same order for every c).
 template <typename T>
-class WindowSum {
- public:
-  WindowSum(int64_t n, int64_t r) : n_(n), r_(r), padded_(static_cast<size_t>(n + 2 * r), T(0)) {}
-  // out[c] = sum of v[c'] for |c' - c| <= r, v[c] = f(c).
-  template <typename F>
-  void operator()(F&& f, T* __restrict out) {
-    T* __restrict in = padded_.data() + r_;
-    for (int64_t c = 0; c < n_; ++c) in[c] = f(c);
-    std::fill(out, out + n_, T(0));
-    const T* __restrict base = padded_.data();
-    for (int64_t k = 0; k <= 2 * r_; ++k) {
-      for (int64_t c = 0; c < n_; ++c) out[c] += base[c + k];
+struct Rows {
+  Rows(int64_t n, int64_t r)
+      : n(n),
+        r(r),
+        padded(static_cast<size_t>(n + 2 * r), T(0)),
+        d(static_cast<size_t>(n)),
+        scale(static_cast<size_t>(n)),
+        t(static_cast<size_t>(n)) {}
+  // out[c] = sum of padded's row over [c - r, c + r]; the row is padded[r .. r + n).
+  [[gnu::always_inline]] void window_sum(T* __restrict out) const {
+    const T* __restrict base = padded.data();
+    for (int64_t c = 0; c < n; ++c) out[c] = T(0);
+    for (int64_t k = 0; k <= 2 * r; ++k) {
+      for (int64_t c = 0; c < n; ++c) out[c] += base[c + k];
     }
   }
-
- private:
-  int64_t n_, r_;
-  std::vector<T> padded_;
+  // d = bias + alpha * (window sum of x^2), scale = d^-beta, for the row x.
+  [[gnu::always_inline]] void normalizer(const T* __restrict x, const LrnParams& p) {
+    T* __restrict in = padded.data() + r;
+    for (int64_t c = 0; c < n; ++c) in[c] = x[c] * x[c];
+    T* __restrict dd = d.data();
+    window_sum(dd);
+    const T bias = static_cast<T>(p.bias), alpha = static_cast<T>(p.alpha);
+    for (int64_t c = 0; c < n; ++c) dd[c] = bias + alpha * dd[c];
+    pow_neg_beta(dd, scale.data(), n, p.beta);
+  }
+  int64_t n, r;
+  std::vector<T> padded, d, scale, t;
 };
 
 // The radius that matters for a row of n channels (a larger one sums the same channels).
 int64_t effective_radius(int64_t radius, int64_t n) { return std::min(radius, n); }
 
+// Rows [row0, row1) of n channels. The loops are compiled for AVX-512 and AVX2 besides the
+// baseline (runtime/vector_clones.h): adds, multiplies, divisions and square roots round the
+// same at any width, so every copy gives the same bits (pow, for other exponents, is a call).
 template <typename T>
-void lrn_typed(const T* x, T* y, int64_t rows, int64_t n, const LrnParams& p) {
-  WindowSum<T> window(n, effective_radius(p.depth_radius, n));
-  std::vector<T> d(static_cast<size_t>(n)), scale(static_cast<size_t>(n));
-  const T bias = static_cast<T>(p.bias), alpha = static_cast<T>(p.alpha);
-  for (int64_t row = 0; row < rows; ++row) {
+DTENSOR_VECTOR_CLONES void lrn_typed(const T* x, T* y, int64_t row0, int64_t row1, int64_t n,
+                                     const LrnParams& p) {
+  Rows<T> s(n, effective_radius(p.depth_radius, n));
+  for (int64_t row = row0; row < row1; ++row) {
     const T* __restrict xr = x + row * n;
     T* __restrict yr = y + row * n;
-    window([&](int64_t c) { return xr[c] * xr[c]; }, d.data());
-    for (int64_t c = 0; c < n; ++c)
-      d[static_cast<size_t>(c)] = bias + alpha * d[static_cast<size_t>(c)];
-    pow_neg_beta(d.data(), scale.data(), n, p.beta);
-    for (int64_t c = 0; c < n; ++c) yr[c] = xr[c] * scale[static_cast<size_t>(c)];
+    s.normalizer(xr, p);
+    const T* __restrict sc = s.scale.data();
+    for (int64_t c = 0; c < n; ++c) yr[c] = xr[c] * sc[c];
   }
 }
 
 template <typename T>
-void lrn_grad_typed(const T* x, const T* dy, T* dx, int64_t rows, int64_t n, const LrnParams& p) {
-  WindowSum<T> window(n, effective_radius(p.depth_radius, n));
-  std::vector<T> d(static_cast<size_t>(n)), scale(static_cast<size_t>(n)),
-      t(static_cast<size_t>(n));
-  const T bias = static_cast<T>(p.bias), alpha = static_cast<T>(p.alpha);
+DTENSOR_VECTOR_CLONES void lrn_grad_typed(const T* x, const T* dy, T* dx, int64_t row0,
+                                          int64_t row1, int64_t n, const LrnParams& p) {
+  Rows<T> s(n, effective_radius(p.depth_radius, n));
   const T k = static_cast<T>(2 * p.alpha * p.beta);
-  for (int64_t row = 0; row < rows; ++row) {
+  for (int64_t row = row0; row < row1; ++row) {
     const T* __restrict xr = x + row * n;
     const T* __restrict gr = dy + row * n;
     T* __restrict out = dx + row * n;
-    window([&](int64_t c) { return xr[c] * xr[c]; }, d.data());
-    for (int64_t c = 0; c < n; ++c)
-      d[static_cast<size_t>(c)] = bias + alpha * d[static_cast<size_t>(c)];
-    pow_neg_beta(d.data(), scale.data(), n, p.beta);
+    s.normalizer(xr, p);
     // d^(-beta-1) = d^-beta / d.
-    const T* __restrict sc = scale.data();
-    const T* __restrict dd = d.data();
-    window([&](int64_t c) { return gr[c] * xr[c] * sc[c] / dd[c]; }, t.data());
-    for (int64_t c = 0; c < n; ++c) out[c] = gr[c] * sc[c] - k * xr[c] * t[static_cast<size_t>(c)];
+    const T* __restrict sc = s.scale.data();
+    const T* __restrict dd = s.d.data();
+    T* __restrict in = s.padded.data() + s.r;
+    for (int64_t c = 0; c < n; ++c) in[c] = gr[c] * xr[c] * sc[c] / dd[c];
+    T* __restrict t = s.t.data();
+    s.window_sum(t);
+    for (int64_t c = 0; c < n; ++c) out[c] = gr[c] * sc[c] - k * xr[c] * t[c];
   }
+}
+
+// Rows [0, rows) of n channels, split over the thread pool.
+template <typename Fn>
+void for_rows(int64_t rows, int64_t n, const LrnParams& p, Fn&& fn) {
+  const int64_t r = effective_radius(p.depth_radius, n);
+  internal::for_blocks(rows, static_cast<double>(rows * n) * static_cast<double>(2 * r + 4),
+                       std::forward<Fn>(fn));
 }
 
 }  // namespace
@@ -121,7 +142,9 @@ Tensor local_response_normalization(const Tensor& x_in, const LrnParams& p) {
   const int64_t rows = n == 0 ? 0 : x.num_elements() / n;
   internal::visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    lrn_typed<T>(x.data<T>(), y.data<T>(), rows, n, p);
+    for_rows(rows, n, p, [&](int64_t row0, int64_t row1) {
+      lrn_typed<T>(x.data<T>(), y.data<T>(), row0, row1, n, p);
+    });
   });
   return like(y, x_in.dtype());
 }
@@ -139,7 +162,9 @@ Tensor local_response_normalization_grad(const Tensor& x_in, const Tensor& dy_in
   const int64_t rows = n == 0 ? 0 : x.num_elements() / n;
   internal::visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    lrn_grad_typed<T>(x.data<T>(), dy.data<T>(), dx.data<T>(), rows, n, p);
+    for_rows(rows, n, p, [&](int64_t row0, int64_t row1) {
+      lrn_grad_typed<T>(x.data<T>(), dy.data<T>(), dx.data<T>(), row0, row1, n, p);
+    });
   });
   return like(dx, x_in.dtype());
 }

@@ -3,11 +3,14 @@
 // bf16 through f32. Padded positions never count (TF): max skips them, avg divides by the number
 // of unpadded positions.
 #include <algorithm>
+#include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/internal.h"
+#include "runtime/vector_clones.h"
 
 namespace dtensor::kernels::cpu {
 namespace {
@@ -72,91 +75,127 @@ Tensor like(const Tensor& r, DType dtype) {
   return dtype == DType::kBF16 ? internal::f32_to_bf16(r) : r;
 }
 
-// Calls fn(n, oh, ow, window) for every output position.
+// The typed loops below each take the images [b0, b1) (for_images splits them over the thread
+// pool) and are compiled for AVX-512 and AVX2 besides the baseline (runtime/vector_clones.h): the
+// channel loops are plain IEEE compares, selects, adds and multiplies, so every copy gives the
+// same bits.
 template <typename Fn>
-void for_each_output(const PoolGeometry& g, const Pool2dParams& p, Fn&& fn) {
-  for (int64_t b = 0; b < g.n; ++b)
-    for (int64_t oh = 0; oh < g.oh; ++oh)
-      for (int64_t ow = 0; ow < g.ow; ++ow) fn(b, oh, ow, window_of(g, p, oh, ow));
+void for_images(const PoolGeometry& g, const Pool2dParams& p, Fn&& fn) {
+  const double work = static_cast<double>(g.n * g.oh * g.ow * g.c) *
+                      static_cast<double>(std::min(p.window_h, g.h) * std::min(p.window_w, g.w));
+  internal::for_blocks(g.n, work, std::forward<Fn>(fn));
+}
+
+// Calls fn(b, offset of the output's channels, window) for every output position of the images
+// [b0, b1), and fn(k, offset of the input's channels) for the k-th unpadded position of a window
+// (row by row). Both inline into their callers, as must the callers' lambdas (always_inline), so
+// that the channel loops are compiled into each instruction-set copy.
+template <typename Fn>
+[[gnu::always_inline]] inline void for_each_output(const PoolGeometry& g, const Pool2dParams& p,
+                                                   int64_t b0, int64_t b1, Fn&& fn) {
+  for (int64_t b = b0; b < b1; ++b) {
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      for (int64_t ow = 0; ow < g.ow; ++ow) {
+        fn(b, ((b * g.oh + oh) * g.ow + ow) * g.c, window_of(g, p, oh, ow));
+      }
+    }
+  }
+}
+template <typename Fn>
+[[gnu::always_inline]] inline void for_each_position(const PoolGeometry& g, int64_t b,
+                                                     const Window& win, Fn&& fn) {
+  int64_t k = 0;
+  for (int64_t ih = win.h0; ih < win.h1; ++ih) {
+    for (int64_t iw = win.w0; iw < win.w1; ++iw, ++k) fn(k, ((b * g.h + ih) * g.w + iw) * g.c);
+  }
 }
 
 template <typename T>
-void max_pool_typed(const T* x, T* y, const PoolGeometry& g, const Pool2dParams& p) {
-  for_each_output(g, p, [&](int64_t b, int64_t oh, int64_t ow, const Window& win) {
-    T* __restrict yp = y + ((b * g.oh + oh) * g.ow + ow) * g.c;
-    std::fill(yp, yp + g.c, -std::numeric_limits<T>::infinity());
-    for (int64_t ih = win.h0; ih < win.h1; ++ih) {
-      for (int64_t iw = win.w0; iw < win.w1; ++iw) {
-        const T* __restrict xp = x + ((b * g.h + ih) * g.w + iw) * g.c;
-        for (int64_t c = 0; c < g.c; ++c) yp[c] = internal::max_nan(yp[c], xp[c]);
-      }
-    }
-  });
+DTENSOR_VECTOR_CLONES void max_pool_typed(const T* x, T* y, const PoolGeometry& g,
+                                          const Pool2dParams& p, int64_t b0, int64_t b1) {
+  for_each_output(
+      g, p, b0, b1, [&](int64_t b, int64_t out, const Window& win) __attribute__((always_inline)) {
+        T* __restrict yp = y + out;
+        for (int64_t c = 0; c < g.c; ++c) yp[c] = -std::numeric_limits<T>::infinity();
+        for_each_position(
+            g, b, win, [&](int64_t, int64_t in) __attribute__((always_inline)) {
+              const T* __restrict xp = x + in;
+              for (int64_t c = 0; c < g.c; ++c) yp[c] = internal::max_nan(yp[c], xp[c]);
+            });
+      });
 }
 
-// dy goes to the first position of each window holding its maximum (the first NaN if any): the
-// window's maximum is recomputed, then its positions are scanned in order with a per-channel
-// "taken" flag, branch-free so that the channel loop vectorizes.
-template <typename T>
-void max_pool_grad_typed(const T* x, const T* dy, T* dx, const PoolGeometry& g,
-                         const Pool2dParams& p) {
-  std::vector<T> best(static_cast<size_t>(g.c)), taken(static_cast<size_t>(g.c));
-  for_each_output(g, p, [&](int64_t b, int64_t oh, int64_t ow, const Window& win) {
-    T* __restrict m = best.data();
-    T* __restrict done = taken.data();
-    std::fill(m, m + g.c, -std::numeric_limits<T>::infinity());
-    std::fill(done, done + g.c, T(0));
-    for (int64_t ih = win.h0; ih < win.h1; ++ih) {
-      for (int64_t iw = win.w0; iw < win.w1; ++iw) {
-        const T* __restrict xp = x + ((b * g.h + ih) * g.w + iw) * g.c;
-        for (int64_t c = 0; c < g.c; ++c) m[c] = internal::max_nan(m[c], xp[c]);
-      }
-    }
-    const T* __restrict dyp = dy + ((b * g.oh + oh) * g.ow + ow) * g.c;
-    for (int64_t ih = win.h0; ih < win.h1; ++ih) {
-      for (int64_t iw = win.w0; iw < win.w1; ++iw) {
-        const int64_t base = ((b * g.h + ih) * g.w + iw) * g.c;
-        const T* __restrict xp = x + base;
-        T* __restrict dxp = dx + base;
+// dy goes to the first position of each window holding its maximum (the first NaN if any). One
+// pass over the window keeps, per channel, the running maximum and the position where it was
+// first reached (it moves only on a strictly greater value, or on the first NaN); a second pass
+// adds hit * dy at every position, hit being 1 at that position and 0 elsewhere (so a non-finite
+// dy reaches the whole window, as 0 * dy does). Branch-free: the channel loops vectorize. `Index`
+// holds a position within one image's window (int32 when h * w fits, to match f32's lanes).
+template <typename T, typename Index>
+DTENSOR_VECTOR_CLONES void max_pool_grad_typed(const T* x, const T* dy, T* dx,
+                                               const PoolGeometry& g, const Pool2dParams& p,
+                                               int64_t b0, int64_t b1) {
+  std::vector<T> best_buffer(static_cast<size_t>(g.c));
+  std::vector<Index> at_buffer(static_cast<size_t>(g.c));
+  T* __restrict best = best_buffer.data();
+  Index* __restrict at = at_buffer.data();
+  for_each_output(
+      g, p, b0, b1, [&](int64_t b, int64_t out, const Window& win) __attribute__((always_inline)) {
         for (int64_t c = 0; c < g.c; ++c) {
-          const bool is_max = xp[c] == m[c] || (xp[c] != xp[c] && m[c] != m[c]);
-          const T hit = (is_max && done[c] == T(0)) ? T(1) : T(0);
-          dxp[c] += hit * dyp[c];
-          done[c] += hit;
+          best[c] = -std::numeric_limits<T>::infinity();
+          at[c] = 0;
         }
-      }
-    }
-  });
+        for_each_position(
+            g, b, win, [&](int64_t k, int64_t in) __attribute__((always_inline)) {
+              const T* __restrict xp = x + in;
+              const Index position = static_cast<Index>(k);
+              for (int64_t c = 0; c < g.c; ++c) {
+                const bool better = xp[c] > best[c] || (xp[c] != xp[c] && best[c] == best[c]);
+                best[c] = better ? xp[c] : best[c];
+                at[c] = better ? position : at[c];
+              }
+            });
+        const T* __restrict dyp = dy + out;
+        for_each_position(
+            g, b, win, [&](int64_t k, int64_t in) __attribute__((always_inline)) {
+              T* __restrict dxp = dx + in;
+              const Index position = static_cast<Index>(k);
+              for (int64_t c = 0; c < g.c; ++c)
+                dxp[c] += (at[c] == position ? T(1) : T(0)) * dyp[c];
+            });
+      });
 }
 
 template <typename T>
-void avg_pool_typed(const T* x, T* y, const PoolGeometry& g, const Pool2dParams& p) {
-  for_each_output(g, p, [&](int64_t b, int64_t oh, int64_t ow, const Window& win) {
-    T* __restrict yp = y + ((b * g.oh + oh) * g.ow + ow) * g.c;
-    std::fill(yp, yp + g.c, T(0));
-    for (int64_t ih = win.h0; ih < win.h1; ++ih) {
-      for (int64_t iw = win.w0; iw < win.w1; ++iw) {
-        const T* __restrict xp = x + ((b * g.h + ih) * g.w + iw) * g.c;
-        for (int64_t c = 0; c < g.c; ++c) yp[c] += xp[c];
-      }
-    }
-    const T inv = T(1) / static_cast<T>(win.count());
-    for (int64_t c = 0; c < g.c; ++c) yp[c] *= inv;
-  });
+DTENSOR_VECTOR_CLONES void avg_pool_typed(const T* x, T* y, const PoolGeometry& g,
+                                          const Pool2dParams& p, int64_t b0, int64_t b1) {
+  for_each_output(
+      g, p, b0, b1, [&](int64_t b, int64_t out, const Window& win) __attribute__((always_inline)) {
+        T* __restrict yp = y + out;
+        for (int64_t c = 0; c < g.c; ++c) yp[c] = T(0);
+        for_each_position(
+            g, b, win, [&](int64_t, int64_t in) __attribute__((always_inline)) {
+              const T* __restrict xp = x + in;
+              for (int64_t c = 0; c < g.c; ++c) yp[c] += xp[c];
+            });
+        const T inv = T(1) / static_cast<T>(win.count());
+        for (int64_t c = 0; c < g.c; ++c) yp[c] *= inv;
+      });
 }
 
 template <typename T>
-void avg_pool_grad_typed(const T* dy, T* dx, const PoolGeometry& g, const Pool2dParams& p) {
-  for_each_output(g, p, [&](int64_t b, int64_t oh, int64_t ow, const Window& win) {
-    const T* __restrict dyp = dy + ((b * g.oh + oh) * g.ow + ow) * g.c;
-    const T inv = T(1) / static_cast<T>(win.count());
-    for (int64_t ih = win.h0; ih < win.h1; ++ih) {
-      for (int64_t iw = win.w0; iw < win.w1; ++iw) {
-        T* __restrict dxp = dx + ((b * g.h + ih) * g.w + iw) * g.c;
-        for (int64_t c = 0; c < g.c; ++c) dxp[c] += dyp[c] * inv;
-      }
-    }
-  });
+DTENSOR_VECTOR_CLONES void avg_pool_grad_typed(const T* dy, T* dx, const PoolGeometry& g,
+                                               const Pool2dParams& p, int64_t b0, int64_t b1) {
+  for_each_output(
+      g, p, b0, b1, [&](int64_t b, int64_t out, const Window& win) __attribute__((always_inline)) {
+        const T* __restrict dyp = dy + out;
+        const T inv = T(1) / static_cast<T>(win.count());
+        for_each_position(
+            g, b, win, [&](int64_t, int64_t in) __attribute__((always_inline)) {
+              T* __restrict dxp = dx + in;
+              for (int64_t c = 0; c < g.c; ++c) dxp[c] += dyp[c] * inv;
+            });
+      });
 }
 
 }  // namespace
@@ -168,7 +207,9 @@ Tensor max_pool2d(const Tensor& x_in, const Pool2dParams& p) {
   Tensor y = Tensor::empty({g.n, g.oh, g.ow, g.c}, x.dtype(), x_in.device());
   internal::visit_float(x.dtype(), [&](auto t) {
     using T = decltype(t);
-    max_pool_typed<T>(x.data<T>(), y.data<T>(), g, p);
+    for_images(g, p, [&](int64_t b0, int64_t b1) {
+      max_pool_typed<T>(x.data<T>(), y.data<T>(), g, p, b0, b1);
+    });
   });
   return like(y, x_in.dtype());
 }
@@ -181,7 +222,13 @@ Tensor max_pool2d_grad(const Tensor& x_in, const Tensor& dy_in, const Pool2dPara
   Tensor dx = Tensor::zeros(x.shape(), x.dtype(), x_in.device());
   internal::visit_float(x.dtype(), [&](auto t) {
     using T = decltype(t);
-    max_pool_grad_typed<T>(x.data<T>(), dy.data<T>(), dx.data<T>(), g, p);
+    for_images(g, p, [&](int64_t b0, int64_t b1) {
+      if (g.h * g.w <= std::numeric_limits<int32_t>::max()) {
+        max_pool_grad_typed<T, int32_t>(x.data<T>(), dy.data<T>(), dx.data<T>(), g, p, b0, b1);
+      } else {
+        max_pool_grad_typed<T, int64_t>(x.data<T>(), dy.data<T>(), dx.data<T>(), g, p, b0, b1);
+      }
+    });
   });
   return like(dx, x_in.dtype());
 }
@@ -193,7 +240,9 @@ Tensor avg_pool2d(const Tensor& x_in, const Pool2dParams& p) {
   Tensor y = Tensor::empty({g.n, g.oh, g.ow, g.c}, x.dtype(), x_in.device());
   internal::visit_float(x.dtype(), [&](auto t) {
     using T = decltype(t);
-    avg_pool_typed<T>(x.data<T>(), y.data<T>(), g, p);
+    for_images(g, p, [&](int64_t b0, int64_t b1) {
+      avg_pool_typed<T>(x.data<T>(), y.data<T>(), g, p, b0, b1);
+    });
   });
   return like(y, x_in.dtype());
 }
@@ -206,7 +255,9 @@ Tensor avg_pool2d_grad(const Shape& x_shape, const Tensor& dy_in, const Pool2dPa
   Tensor dx = Tensor::zeros(x_shape, dy.dtype(), dy_in.device());
   internal::visit_float(dy.dtype(), [&](auto t) {
     using T = decltype(t);
-    avg_pool_grad_typed<T>(dy.data<T>(), dx.data<T>(), g, p);
+    for_images(g, p, [&](int64_t b0, int64_t b1) {
+      avg_pool_grad_typed<T>(dy.data<T>(), dx.data<T>(), g, p, b0, b1);
+    });
   });
   return like(dx, dy_in.dtype());
 }
