@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/internal.h"
+#include "runtime/vector_clones.h"
 
 namespace dtensor::kernels::cpu {
 namespace {
@@ -21,8 +22,11 @@ struct Problem {
   int64_t outer = 1, reduced = 1, inner = 1;
 };
 
+// Compiled for AVX-512 and AVX2 as well (runtime/vector_clones.h): reduce_lanes' lanes and the
+// rows of the I > 1 case add in the same order at every width, so the bits do not change.
 template <typename T, typename Acc, typename Op, typename Finish>
-void reduce_problem(const T* x, T* out, const Problem& p, Acc init, Op op, Finish finish) {
+DTENSOR_VECTOR_CLONES void reduce_problem(const T* x, T* out, const Problem& p, Acc init, Op op,
+                                          Finish finish) {
   const int64_t R = p.reduced, I = p.inner;
   if (I == 1) {
     for (int64_t o = 0; o < p.outer; ++o)
