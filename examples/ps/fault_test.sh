@@ -8,6 +8,12 @@
 #   fault_test.sh <ps_cluster.sh> <train> ps        ps:0 killed: every task ends within 15 s
 #                                                   naming it; the job resumes and finishes
 #   fault_test.sh <ps_cluster.sh> <train> chief     the same for chief:0
+#   fault_test.sh <ps_cluster.sh> <train> push_exit  worker:1 ends (--exit_after_push_at_step)
+#                                                   right after both servers acknowledged its
+#                                                   push of a random step, before its reply: the
+#                                                   step is re-run on worker:0, each server drops
+#                                                   the re-run's push as a duplicate and applies
+#                                                   the step once; the job finishes at the accuracy
 #   fault_test.sh <ps_cluster.sh> <train> plain     no kill, 2 workers and 2 servers: the job
 #                                                   reaches the accuracy and writes --metrics_out
 # Every job trains on Fashion-MNIST from the Debian package dataset-fashion-mnist (real data; the
@@ -93,6 +99,23 @@ case $mode in
     check_applied_once "$run/chief:0.log" "2 workers, 2 servers"
     [[ $(wc -l <"$work/metrics.jsonl") -eq $((steps / 10)) ]] || fail "not one metrics row an epoch"
     grep -q '"examples_per_s"' "$work/metrics.jsonl" || fail "no examples_per_s in the metrics"
+    ;;
+  push_exit)
+    run=$work/push_exit
+    exit_at=$((20 + RANDOM % 240))
+    "$cluster" "$run" 2 2 -- "$train" "${common[@]}" --exit_after_push_at_step=$exit_at ||
+      fail "the job failed"
+    line=$(grep -o '^worker:1: exiting after the push of step [0-9]*' "$run/worker:1.log") ||
+      fail "worker:1 did not exit after a push at step >= $exit_at"
+    echo "$line (--exit_after_push_at_step=$exit_at)"
+    grep -q 'worker:1 at .* lost' "$run/chief:0.log" || fail "no lost worker:1"
+    grep -q "^step $steps/$steps" "$run/chief:0.log" || fail "not finished"
+    grep -q 're-run steps 1,' "$run/chief:0.log" || fail "want exactly 1 re-run step"
+    # The re-run pushes to both servers again; each must answer it as a duplicate.
+    grep -q 'duplicate pushes dropped 2$' "$run/chief:0.log" ||
+      fail "want the re-run's 2 pushes dropped as duplicates"
+    check_applied_once "$run/chief:0.log" "worker:1 lost after its push"
+    check_accuracy "$run/chief:0.log" "worker:1 lost after its push"
     ;;
   workers)
     # Three different kill steps. Round 2 restarts worker:1: it is killed by step 150 and the chief

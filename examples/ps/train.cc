@@ -68,6 +68,8 @@ struct Flags {
   int64_t test_examples = -1;
   int64_t rejoin_wait_s = 0;
   int64_t join_wait_s = 10;
+  int64_t exit_after_push_at_step = 0;
+  int64_t exit_after_push_worker = 1;
   std::string checkpoint_dir;
   std::string metrics_out;
   bool sync = false;
@@ -106,6 +108,13 @@ void define_flags(cli::Flags& cli, Flags& f) {
               0);
   cli.add_int("--rejoin_wait_s", &f.rejoin_wait_s,
               "at the end, wait up to this long for lost workers to rejoin (0: do not wait)", 0);
+  cli.add_int("--exit_after_push_at_step", &f.exit_after_push_at_step,
+              "fault injection for tests: worker --exit_after_push_worker ends (_Exit) right after "
+              "the servers acknowledged the push of the first step it runs with an id >= N, "
+              "before it replies to the chief, which re-runs the step elsewhere (0: never)",
+              0);
+  cli.add_int("--exit_after_push_worker", &f.exit_after_push_worker,
+              "the worker index --exit_after_push_at_step applies to", 0);
   cli.add_bool("--sync", &f.sync, "train synchronously in this process, without a cluster");
 }
 
@@ -195,6 +204,19 @@ int train_sync(const Flags& f) {
   return 0;
 }
 
+// --exit_after_push_at_step: ends this worker between its acknowledged push and its reply, the
+// window in which only the servers' step-id rule keeps a re-run from applying the step twice.
+void exit_if_injected(const Flags& f, const ps::WorkerContext& ctx) {
+  if (f.exit_after_push_at_step <= 0 || ctx.worker_index() != f.exit_after_push_worker ||
+      ctx.step_id() < f.exit_after_push_at_step) {
+    return;
+  }
+  fmt::print("worker:{}: exiting after the push of step {} (--exit_after_push_at_step={})\n",
+             ctx.worker_index(), ctx.step_id(), f.exit_after_push_at_step);
+  std::fflush(stdout);
+  std::_Exit(3);
+}
+
 // The workers' functions: "train_step" on the per-worker dataset "train". `examples` must
 // outlive the registry.
 ps::FunctionRegistry make_registry(const Flags& f, const Examples& examples,
@@ -203,7 +225,7 @@ ps::FunctionRegistry make_registry(const Flags& f, const Examples& examples,
   registry.add_dataset("train", [f, &examples](const keras::InputContext& ctx) {
     return train_dataset(f, examples, worker_seed(f.seed, ctx.input_pipeline_id()));
   });
-  registry.add_function("train_step", [&model](ps::WorkerContext& ctx, const std::string&) {
+  registry.add_function("train_step", [f, &model](ps::WorkerContext& ctx, const std::string&) {
     const std::map<std::string, Tensor> values = ctx.pull();
     const std::vector<DVariable> vars = model.variables();
     for (DVariable v : vars) v.assign(distribute(values.at(v.name()), v.layout()));
@@ -211,6 +233,7 @@ ps::FunctionRegistry make_registry(const Flags& f, const Examples& examples,
     std::map<std::string, Tensor> grads;
     for (size_t i = 0; i < vars.size(); ++i) grads.emplace(vars[i].name(), to_global(g.grads[i]));
     ctx.push(grads);
+    exit_if_injected(f, ctx);
     return fmt::format("{}", g.loss);
   });
   return registry;

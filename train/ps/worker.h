@@ -52,6 +52,9 @@ class WorkerContext {
   };
   int64_t worker_index() const { return worker_index_; }
   int64_t num_workers() const { return num_workers_; }
+  // The step id the coordinator gave the running function (ParameterServerStrategy::next_step_id;
+  // a re-run keeps its id).
+  int64_t step_id() const { return step_id_; }
   // Every variable's whole value, by name: one Pull per parameter server. CommunicationError
   // "[WorkerContext::pull] lost task ps:<k> ..." when a server does not answer in time.
   std::map<std::string, Tensor> pull();
