@@ -16,8 +16,7 @@
 #include <random>
 #include <string>
 
-#include <fstream>
-
+#include "bench/peak_memory.h"
 #include "bench/plain_mlp.h"
 #include "bench/report.h"
 #include "cli/flags.h"
@@ -26,7 +25,6 @@
 #include "ops/autograd.h"
 #include "ops/ops.h"
 #include "ops/precision.h"
-#include "runtime/buffer_pool.h"
 #include "train/capture/function.h"
 #include "train/optim/optimizers.h"
 
@@ -66,26 +64,6 @@ struct RuntimeStep {
   DTensor x, labels;
   Function captured;
 };
-
-// "VmRSS" or "VmHWM" of this process, in bytes (0 where /proc is missing).
-double proc_status_bytes(const std::string& field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) * 1024;
-  }
-  return 0;
-}
-
-// Peak resident bytes of one call of `step` over the resting set, with the buffer pool emptied
-// first so that the step's buffers count (the kernel resets the peak on "5" to clear_refs).
-double step_peak_bytes(const std::function<void()>& step) {
-  BufferPool::global().trim();
-  std::ofstream("/proc/self/clear_refs") << "5";
-  const double resting = proc_status_bytes("VmRSS");
-  step();
-  return proc_status_bytes("VmHWM") - resting;
-}
 
 }  // namespace
 
@@ -171,6 +149,6 @@ int main(int argc, char** argv) {
                    {"mode", setup.mode},
                    {"precision", setup.precision},
                    {"batch", int64_t{128}}},
-                  step_peak_bytes(setup.step) / 1e6, "MB peak over resting");
+                  dtensor::bench::step_peak_bytes(setup.step) / 1e6, "MB peak over resting");
   }
 }

@@ -238,6 +238,38 @@ void scatter_add(const Shape& shape, const Tensor& indices, const Tensor& update
 
 namespace {
 
+// A table shard's (first row, rows): an i64 tensor of two elements.
+void check_shard(const char* op, const Tensor& shard) {
+  if (shard.dtype() != DType::kI64 || shard.num_elements() != 2) {
+    throw_error<InvalidArgumentError>(op, "shard must be i64 (first row, rows), got {}",
+                                      describe(shard));
+  }
+}
+
+}  // namespace
+
+void gather_shard_rows(const Tensor& params, const Tensor& indices, const Tensor& shard,
+                       int64_t vocab) {
+  gather(params, indices, 0);
+  check_shard("gather", shard);
+  if (vocab < 0) throw_error<InvalidArgumentError>("gather", "vocab must be >= 0, got {}", vocab);
+}
+
+void scatter_add_shard_rows(const Tensor& indices, const Tensor& updates, const Tensor& shard) {
+  const char* op = "scatter_add";
+  check_index_dtype(op, indices, "indices");
+  if (updates.dtype() == DType::kBool) throw_unsupported(op, updates);
+  const Shape& u = updates.shape();
+  if (u.size() < indices.shape().size() ||
+      !std::equal(indices.shape().begin(), indices.shape().end(), u.begin())) {
+    throw_error<ShapeError>(op, "updates {} should start with the shape of indices {}",
+                            describe(updates), describe(indices));
+  }
+  check_shard(op, shard);
+}
+
+namespace {
+
 void check_conv_params(const char* op, const Conv2dParams& p) {
   if (p.stride_h < 1 || p.stride_w < 1 || p.dilation_h < 1 || p.dilation_w < 1 || p.groups < 1 ||
       p.pad_top < 0 || p.pad_bottom < 0 || p.pad_left < 0 || p.pad_right < 0) {

@@ -71,6 +71,11 @@ void gather(const Tensor& params, const Tensor& indices, int64_t axis);
 // A valid shape of rank >= 1, an axis in range, i32/i64 indices, numeric updates of
 // gathered_shape(shape, indices, axis).
 void scatter_add(const Shape& shape, const Tensor& indices, const Tensor& updates, int64_t axis);
+// gather's checks along axis 0, an i64 shard of 2 elements, vocab >= 0.
+void gather_shard_rows(const Tensor& params, const Tensor& indices, const Tensor& shard,
+                       int64_t vocab);
+// i32/i64 indices, numeric updates of indices.shape + [...], an i64 shard of 2 elements.
+void scatter_add_shard_rows(const Tensor& indices, const Tensor& updates, const Tensor& shard);
 
 // ---- CNN ops: the one place the kernels check convolution geometry ----
 

@@ -225,6 +225,26 @@ DTENSOR_KERNEL(Tensor, scatter_add,
                (shape, indices, updates, axis), "scatter_add", (updates, indices),
                checks::scatter_add(shape, indices, updates, axis))
 
+// The two halves of a vocab-parallel embedding, on a table split by rows. `shard` is an i64 [2]
+// on the shard's device, (o, R): the shard holds rows [o, o + R) of the table (a tensor, so that
+// each device's pair travels with its shards).
+// The masked gather: params [R, ...] -> out of indices.shape + params.shape[1:], params[id - o]
+// for the ids in the shard and zero rows for the other ids (another shard's rows). Ids outside
+// [0, vocab) throw gather's InvalidArgumentError ("[gather] index 9 at position [1] is outside
+// [0, 8)").
+DTENSOR_KERNEL(Tensor, gather_shard_rows,
+               (const Tensor& params, const Tensor& indices, const Tensor& shard, int64_t vocab),
+               (params, indices, shard, vocab), "gather", (params, indices, shard),
+               checks::gather_shard_rows(params, indices, shard, vocab))
+
+// Its adjoint: zeros of [R] + updates.shape[indices.rank():] with updates' row j added at row
+// ids[j] - o for the ids in the shard; the other ids are skipped. Each row sums its updates in
+// index order (one fixed order, whatever the backend). Not for bool.
+DTENSOR_KERNEL(Tensor, scatter_add_shard_rows,
+               (const Tensor& indices, const Tensor& updates, const Tensor& shard),
+               (indices, updates, shard), "scatter_add", (updates, indices, shard),
+               checks::scatter_add_shard_rows(indices, updates, shard))
+
 // ---- CNN ops (f32, f64, bf16; NHWC, HWIO; kernels/conv_params.h) ---------------------------
 
 // y[n, oh, ow, o] = sum over (kh, kw, c of o's group) of x[n, ih, iw, c] * w[kh, kw, c, o] with

@@ -1471,6 +1471,64 @@ TEST_CASE("slice and pad are adjoint") {
       Catch::Message("[pad] paddings [(0,0),(-1,0),(0,0)] must be non-negative for f64[4,5,6]"));
 }
 
+TEST_CASE("gather_shard_rows and scatter_add_shard_rows are gather and scatter_add on row shards") {
+  std::mt19937 rng(29);
+  const int64_t vocab = 7;
+  for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16}) {
+    const Tensor table = random_tensor({vocab, 3}, dtype, rng, -9, 9);
+    for (const Shape& ishape : {Shape{}, Shape{5}, Shape{2, 6}, Shape{0}}) {
+      Tensor indices = random_tensor(ishape, DType::kI32, rng, 0, vocab - 1);
+      Shape ushape = ishape;
+      ushape.push_back(3);
+      const Tensor updates = random_tensor(ushape, dtype, rng, -9, 9);
+      // Shards of 3, 3 and 1 rows, and an empty one past the end (chunk semantics of 7 over 4).
+      std::vector<Tensor> gathered, scattered;
+      for (int64_t first : {0, 3, 6, 7}) {
+        const int64_t rows = std::min<int64_t>(3, vocab - first);
+        const Tensor shard =
+            make({2}, DType::kI64, {static_cast<double>(first), static_cast<double>(rows)});
+        const Tensor part = slice(table, {first, 0}, {rows, 3});
+        gathered.push_back(gather_shard_rows(part, indices, shard, vocab));
+        scattered.push_back(scatter_add_shard_rows(indices, updates, shard));
+        CHECK(scattered.back().shape() == Shape({rows, 3}));
+      }
+      INFO(dtype_name(dtype) << " indices " << indices.to_string());
+      // Every id is in exactly one shard: the masked rows add up to gather's, exactly.
+      const auto want = values(gather(table, indices, 0));
+      std::vector<double> sum(want.size(), 0.0);
+      for (const Tensor& g : gathered) {
+        const auto v = values(g);
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] += v[i];
+      }
+      CHECK(sum == want);
+      // The shards' sums put together are scatter_add's, bit for bit (each row in index order).
+      CHECK(values(concat(scattered, 0)) == values(scatter_add({vocab, 3}, indices, updates, 0)));
+    }
+  }
+  const Tensor params = Tensor::zeros({2, 2}, DType::kF32);
+  const Tensor shard = make({2}, DType::kI64, {4, 2});
+  CHECK_THROWS_MATCHES(gather_shard_rows(params, make({2}, DType::kI32, {1, 8}), shard, 8),
+                       InvalidArgumentError,
+                       Catch::Message("[gather] index 8 at position [1] is outside [0, 8)"));
+  CHECK_THROWS_MATCHES(gather_shard_rows(params, make({1}, DType::kI32, {1}), shard, -1),
+                       InvalidArgumentError, Catch::Message("[gather] vocab must be >= 0, got -1"));
+  CHECK_THROWS_MATCHES(
+      gather_shard_rows(params, make({1}, DType::kI32, {1}), make({1}, DType::kI64, {4}), 8),
+      InvalidArgumentError,
+      Catch::Message("[gather] shard must be i64 (first row, rows), got i64[1]"));
+  CHECK_THROWS_MATCHES(
+      scatter_add_shard_rows(make({2}, DType::kI32, {1, 5}), Tensor::zeros({3, 2}, DType::kF32),
+                             shard),
+      ShapeError,
+      Catch::Message("[scatter_add] updates f32[3,2] should start with the shape of indices "
+                     "i32[2]"));
+  CHECK_THROWS_MATCHES(
+      scatter_add_shard_rows(make({1}, DType::kI32, {5}), Tensor::zeros({1, 2}, DType::kF32),
+                             make({2}, DType::kI32, {4, 2})),
+      InvalidArgumentError,
+      Catch::Message("[scatter_add] shard must be i64 (first row, rows), got i32[2]"));
+}
+
 TEST_CASE("gather and scatter_add are adjoint") {
   std::mt19937 rng(23);
   for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16, DType::kI32, DType::kI64}) {

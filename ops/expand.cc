@@ -29,10 +29,12 @@ int local_blas_threads() {
 namespace {
 
 // The shards of `input` on local devices `devices`, concatenated along `axis` into one tensor;
-// null when they do not all have that axis and equal other dims.
+// null when they do not all have that axis and equal other dims. A Stacking::kShared axis: the
+// first device's shard (an operand every device holds alike).
 std::optional<Tensor> concat_shards(const DTensor& input, const std::vector<size_t>& devices,
                                     int64_t axis) {
   const Tensor& first = input.shard(devices[0]);
+  if (axis == Stacking::kShared) return first;
   if (axis >= first.rank()) return std::nullopt;
   Shape shape = first.shape();
   shape[static_cast<size_t>(axis)] = 0;
@@ -474,7 +476,8 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
   }
   const std::vector<int64_t>& axes = stacking.contraction_axes;
   for (size_t k = 0; k < inputs.size(); ++k) {
-    if (axes[k] < 0 || axes[k] >= inputs[k]->rank()) return false;
+    const bool shared = k > 0 && axes[k] == Stacking::kShared;
+    if (!shared && (axes[k] < 0 || axes[k] >= inputs[k]->rank())) return false;
   }
   for (const PartialDim& p : output_layout.partial()) {
     if (p.op != ReduceOp::kSum) return false;
@@ -528,7 +531,9 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
     for (size_t t = 0; t < g.terms.size(); ++t) {
       const int64_t rows = inputs[0]->shard(g.terms[t]).dim(axes[0]);
       for (size_t k = 0; k < inputs.size(); ++k) {
-        if (inputs[k]->shard(g.terms[t]).dim(axes[k]) != rows) return false;
+        if (axes[k] != Stacking::kShared && inputs[k]->shard(g.terms[t]).dim(axes[k]) != rows) {
+          return false;
+        }
       }
       aligned = aligned && (t + 1 == g.terms.size() || rows % chunk == 0);
     }
@@ -562,7 +567,8 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
         const int64_t end = std::min(rows, begin + chunk);
         std::vector<Tensor> args;
         for (size_t k = 0; k < part.size(); ++k) {
-          args.push_back(axis_slice(part[k], axes[k], begin, end));
+          args.push_back(axes[k] == Stacking::kShared ? part[k]
+                                                      : axis_slice(part[k], axes[k], begin, end));
         }
         chunk_args.push_back(std::move(args));
         chunk_owner.push_back(owner);

@@ -45,7 +45,10 @@ struct Stacking {
   // the kernel: the first member's shard holds the group's sum and the others hold shared zeros
   // (Tensor::shared_zeros), which reductions skip. The later all-reduce across the group only
   // moves the one sum; a group that spans processes sends one term per process.
+  // An axis of kShared (not the first input's): an operand that every device of a partial group
+  // holds alike (a table shard's row range), handed whole to every call.
   std::vector<int64_t> contraction_axes;
+  static constexpr int64_t kShared = -1;
   // > 0, with a floating output: the sum is batch-invariant. The kernel runs on chunks of this
   // many rows of the contraction axes (counted from the start of the global axis; axis 0 but in
   // the deterministic mode), one BLAS thread each, and the chunk values add in order (in f64,
@@ -62,12 +65,12 @@ struct Stacking {
 // model or seq included) and any number of processes and hosts give the same bits. Every float
 // contraction is chunked, on one device as well: matmul's K (any rank), each axis of a
 // reduce_sum/mean in turn (last first), the softmax family composed from those reductions on
-// every layout, an embedding as a one-hot product; partial operands are reduced first, and small
-// sums are cut into eight chunks too. A partial group's chunk values add in the one-process order
-// on its first member, zeros elsewhere, so that the collective that completes it adds exact
-// zeros; a group that spans processes first exchanges its members' chunk values (an all-to-all:
-// each member gets its share of the elements of every chunk). For jobs that must reproduce a run
-// exactly: bench/deterministic_cost.sh measures the cost.
+// every layout, an embedding's scatter-add in chunks of its batch on every layout; partial operands
+// are reduced first, and small sums are cut into eight chunks too. A partial group's chunk values
+// add in the one-process order on its first member, zeros elsewhere, so that the collective that
+// completes it adds exact zeros; a group that spans processes first exchanges its members' chunk
+// values (an all-to-all: each member gets its share of the elements of every chunk). For jobs that
+// must reproduce a run exactly: bench/deterministic_cost.sh measures the cost.
 bool deterministic_sums();
 
 // The chunk of a batch-invariant sum over an axis of global size `extent` (Stacking::chunk_rows):

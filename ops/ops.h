@@ -134,8 +134,11 @@ DTensor layer_norm(const DTensor& x, const DTensor& gamma, const DTensor& beta, 
 // Compositions of the ops above (their VJPs are those ops'), shaped so that sharded dims stay
 // sharded: a vocab-sharded table, heads sharded over a mesh dim, a sharded model dim.
 
-// Rows of table [V, D] at integer ids [...] -> [..., D]. A table sharded on V gives a partial sum
-// over V's mesh dim (each device reads only its rows: the masked gather), reduced by its consumer.
+// Rows of table [V, D] at integer ids [...] -> [..., D]. A table sharded on V is vocab-parallel:
+// each device gathers the ids in its rows (zeros for the others, uneven and empty shards
+// included), giving a partial sum over V's mesh dim that its consumer reduces; the gradient
+// scatter-adds into each device's rows, batch-invariantly (ops/README.md). Ids outside [0, V)
+// throw gather's InvalidArgumentError on every layout.
 DTensor embedding(const DTensor& table, const DTensor& ids);
 // x * rsqrt(mean(x^2 over the last dim) + eps) * gamma, gamma of shape [D].
 DTensor rms_norm(const DTensor& x, const DTensor& gamma, double eps = 1e-6);

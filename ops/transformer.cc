@@ -1,22 +1,29 @@
 // The transformer family: embedding, rms_norm, rotary_embedding and
-// scaled_dot_product_attention. Each is a composition of the public ops (ops/ops.h), so it shards
-// the way those ops do and its VJP is theirs, recorded op by op on the tape; what this file adds
-// is the validation (errors name the transformer op, its shapes and layouts) and the choice of
-// composition that keeps a sharded dim sharded:
-//   - embedding over a vocab-sharded table contracts a one-hot of the ids with the table, so
-//     each device reads only the rows of its vocab shard (the masked gather) and the result is a
-//     partial sum over the vocab's mesh dim (reduced, or reduce-scattered, by its consumer);
+// scaled_dot_product_attention. rms_norm, rotary_embedding and the attention are compositions of
+// the public ops (ops/ops.h), so they shard the way those ops do and their VJPs are theirs,
+// recorded op by op on the tape; what this file adds is the validation (errors name the
+// transformer op, its shapes and layouts) and the choice of composition that keeps a sharded dim
+// sharded:
+//   - embedding over a vocab-sharded table is vocab-parallel (Megatron's): each device gathers
+//     the rows of ids in its vocab shard, zeros for the others (kernels::gather_shard_rows), so
+//     the result is a partial sum over the vocab's mesh dim (reduced, or reduce-scattered, by its
+//     consumer); its VJP scatter-adds dy into each device's rows in a fixed order
+//     (kernels::scatter_add_shard_rows). A whole table is a plain gather (ops/gather.cc);
 //   - attention keeps every batch dim (heads included) sharded as given: heads over `model`
 //     cost no communication;
 //   - rms_norm over a sharded last dim gives a partial mean-square, reduced once.
 // The sequence-sharded cross-entropy of vocab-sharded logits is sparse_softmax_cross_entropy's
 // own sharded path (ops/softmax.cc): two [..., 1] all-reduces, the logits never gathered.
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "dtensor/creation.h"
+#include "dtensor/relayout.h"
 #include "dtensor/step_observer.h"
 #include "kernels/kernels.h"
 #include "ops/expand.h"
@@ -38,25 +45,124 @@ void check_floating_inputs(const char* op, std::initializer_list<const DTensor*>
   }
 }
 
-// A host tensor (identical in every process) replicated on x's mesh, in x's dtype. Inside a
-// captured step it is a constant of the step: made once at trace time and handed to every replay.
+// A host tensor (identical in every process) distributed in `layout`. Inside a captured step it
+// is a constant of the step: made once at trace time and handed to every replay.
+DTensor step_constant(const char* name, const Tensor& host, const Layout& layout) {
+  StepObserver* hook = StepObserver::active();
+  if (hook == nullptr) return distribute(host, layout);
+  auto made = std::make_shared<std::optional<DTensor>>();
+  return hook->call(name, {}, [host, layout, made](const StepObserver::Inputs&) {
+    if (!made->has_value()) *made = distribute(host, layout);
+    return **made;
+  });
+}
+
+// A host tensor replicated on x's mesh, in x's dtype, as a constant of a captured step.
 DTensor replicated_constant(const char* name, const Tensor& host, const DTensor& like) {
-  const Layout layout = Layout::replicated(like.mesh(), host.rank());
-  DTensor c = [&] {
-    StepObserver* hook = StepObserver::active();
-    if (hook == nullptr) return distribute(host, layout);
-    auto made = std::make_shared<std::optional<DTensor>>();
-    return hook->call(name, {}, [host, layout, made](const StepObserver::Inputs&) {
-      if (!made->has_value()) *made = distribute(host, layout);
-      return **made;
-    });
-  }();
+  DTensor c = step_constant(name, host, Layout::replicated(like.mesh(), host.rank()));
   return host.dtype() == like.dtype() || host.dtype() == DType::kBool ? c : cast(c, like.dtype());
 }
 
 }  // namespace
 
 // ---- embedding -------------------------------------------------------------------------------
+
+namespace {
+
+// The operands of the vocab-parallel embedding in the layouts its kernels need: the ids with no
+// dim on the table's mesh dims (each device must see every id that its rows may serve), the table
+// whole along D where the ids use D's mesh dim, and `rows`: the (first row, rows) pair of every
+// vocab shard, an i64 [2k] sharded over the vocab's mesh dim (of size k; 1 when V is whole), so
+// that each device's pair is one of its shards, on its device, for the kernels to read.
+struct VocabShards {
+  DTensor table, ids, rows;
+  Layout output;  // the ids' specs and D's, partial over the vocab's mesh dim
+};
+
+// What the VJP keeps: the forward's operands but the table, of which only the place matters.
+struct VocabGradPlan {
+  DTensor ids, rows;
+  Layout output, table_layout;
+  Shape table_shape;
+};
+
+VocabShards vocab_shards(const DTensor& table_in, const DTensor& ids_in) {
+  const Mesh& mesh = table_in.mesh();
+  const std::string vocab = table_in.layout().spec(0);
+  std::vector<std::string> id_specs = ids_in.layout().sharding_specs();
+  for (std::string& s : id_specs) {
+    if (s == vocab) s = Layout::kUnsharded;
+  }
+  std::string dim = table_in.layout().spec(1);
+  if (std::find(id_specs.begin(), id_specs.end(), dim) != id_specs.end()) {
+    dim = Layout::kUnsharded;
+  }
+  DTensor table = relayout(table_in, Layout({vocab, dim}, mesh));
+  const int64_t vocab_dim = table.layout().mesh_dim_of(0);
+  const int64_t k = vocab_dim < 0 ? 1 : mesh.dim_size(vocab);
+  Tensor pairs = Tensor::empty({2 * k}, DType::kI64);
+  std::vector<int64_t> coords(static_cast<size_t>(mesh.rank()), 0);
+  for (int64_t c = 0; c < k; ++c) {
+    if (vocab_dim >= 0) coords[static_cast<size_t>(vocab_dim)] = c;
+    const ShardRange r = table.layout().shard_range(table.shape(), 0, mesh.device_id(coords));
+    pairs.data<int64_t>()[2 * c] = r.offset;
+    pairs.data<int64_t>()[2 * c + 1] = r.size;
+  }
+  std::vector<std::string> out_specs = id_specs;
+  out_specs.push_back(dim);
+  std::vector<PartialDim> partial;
+  if (vocab_dim >= 0) partial.push_back({vocab, ReduceOp::kSum});
+  return VocabShards{table, relayout(ids_in, Layout(id_specs, mesh)),
+                     step_constant("embedding", pairs, Layout({vocab}, mesh)),
+                     Layout(out_specs, mesh, partial)};
+}
+
+// Each device gathers the rows of its shard, zeros for the other ids (kernels::gather_shard_rows).
+DTensor masked_gather(const VocabShards& v, int64_t vocab_size) {
+  Shape out = v.ids.shape();
+  out.push_back(v.table.shape()[1]);
+  validate_shape(out, "embedding");
+  return run_local({&v.table, &v.ids, &v.rows}, v.output, out, v.table.dtype(),
+                   static_cast<double>(num_elements(out)), [vocab_size](const Shards& s) {
+                     return kernels::gather_shard_rows(s[0], s[1], s[2], vocab_size);
+                   });
+}
+
+// The VJP: dy scatter-added into each device's rows (kernels::scatter_add_shard_rows), a partial
+// sum over the ids' mesh dims, reduced when it reaches the variable's layout. Ids sharded on their
+// first dim only sum in fixed chunks of it (Stacking::chunk_rows; ops/README.md "Batch-invariant
+// sums"), so that the bits do not depend on how the batch is split; the deterministic mode brings
+// the other dims whole first (the sequence, over seq), so that every layout sums so.
+DTensor shard_scatter_add(const VocabGradPlan& v, const DTensor& g_in) {
+  const Mesh& mesh = v.table_layout.mesh();
+  DTensor ids = v.ids;
+  if (deterministic_sums() && ids.rank() > 1) {
+    std::vector<std::string> specs(static_cast<size_t>(ids.rank()), Layout::kUnsharded);
+    specs[0] = ids.layout().spec(0);
+    ids = relayout(ids, Layout(specs, mesh));
+  }
+  std::vector<std::string> g_specs = ids.layout().sharding_specs();
+  g_specs.push_back(v.output.spec(v.output.rank() - 1));
+  const DTensor g = relayout(g_in, Layout(g_specs, mesh));
+  std::vector<PartialDim> partial;
+  for (int64_t m = 0; m < mesh.rank(); ++m) {
+    if ((ids.layout().sharded_mask() >> m) & 1u) partial.push_back({mesh.dims()[m].name});
+  }
+  const double work = static_cast<double>(g.num_elements());
+  Stacking stacking;
+  stacking.op = "embedding";
+  bool rows_only = ids.rank() >= 1;
+  for (int64_t d = 1; d < ids.rank() && rows_only; ++d) rows_only = !ids.layout().is_sharded(d);
+  if (rows_only) {
+    stacking.contraction_axes = {0, 0, Stacking::kShared};
+    stacking.chunk_rows = invariant_chunk_rows(ids.shape()[0], work);
+  }
+  return run_local(
+      {&ids, &g, &v.rows}, v.table_layout.with_partial(partial), v.table_shape, g.dtype(), work,
+      [](const Shards& s) { return kernels::scatter_add_shard_rows(s[0], s[1], s[2]); }, stacking);
+}
+
+}  // namespace
 
 DTensor embedding(const DTensor& table, const DTensor& ids) {
   check_same_mesh("embedding", {&table, &ids});
@@ -68,19 +174,21 @@ DTensor embedding(const DTensor& table, const DTensor& ids) {
     throw_error<ShapeError>("embedding", "table {} must be [vocab, dim] (ids {})",
                             table.short_string(), ids.short_string());
   }
-  // The deterministic mode takes the one-hot product on every layout, so that one device sums
-  // the table's gradient as a vocab-sharded table is summed (ops/expand.h).
+  // The deterministic mode takes the vocab-parallel path on every layout, so that one device
+  // sums the table's gradient as a vocab-sharded table is summed.
   if (!table.layout().is_sharded(0) && !deterministic_sums()) return gather(table, ids, 0);
-  // one_hot(ids) [..., V] x table [V, D]: the contraction over the sharded V is each device's
-  // masked gather of its rows, and leaves a partial sum over V's mesh dim.
-  // A rank-1 ids keeps matmul's rank >= 2 through a [1, ...] view; higher ranks broadcast the
-  // table over their leading dims, so their sharding (the batch over data) stays in place.
-  const bool scalar = ids.rank() == 0;
-  DTensor onehot = one_hot(scalar ? reshape(ids, {1}) : ids, table.shape()[0], table.dtype());
-  if (onehot.rank() >= 3) return matmul(onehot, table);
-  Shape out = ids.shape();
-  out.push_back(table.shape()[1]);
-  return reshape(matmul(onehot, table), out);
+  std::optional<VocabShards> v;
+  return recorded(
+      {&table},
+      [&] {
+        v = vocab_shards(table, ids);
+        return masked_gather(*v, table.shape()[0]);
+      },
+      [&](const DTensor&) {
+        return
+            [plan = VocabGradPlan{v->ids, v->rows, v->output, v->table.layout(), v->table.shape()}](
+                const DTensor& g) -> Grads { return {shard_scatter_add(plan, g)}; };
+      });
 }
 
 // ---- rms_norm --------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
-// gather and its adjoint scatter_add.
+// gather and its adjoint scatter_add; the vocab-parallel embedding's masked gather and scatter-add
+// on a table shard.
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/internal.h"
@@ -8,8 +10,8 @@
 namespace dtensor::kernels::cpu {
 namespace {
 
-// Reads every index as i64, checking it against [0, limit).
-std::vector<int64_t> checked_indices(const char* op, const Tensor& indices, int64_t limit) {
+// Reads every index as i64.
+std::vector<int64_t> read_indices(const Tensor& indices) {
   std::vector<int64_t> result(static_cast<size_t>(indices.num_elements()));
   visit_dtype(indices.dtype(), [&](auto tag) {
     using I = decltype(tag);
@@ -18,6 +20,12 @@ std::vector<int64_t> checked_indices(const char* op, const Tensor& indices, int6
       for (size_t i = 0; i < result.size(); ++i) result[i] = static_cast<int64_t>(p[i]);
     }
   });
+  return result;
+}
+
+// Reads every index as i64, checking it against [0, limit).
+std::vector<int64_t> checked_indices(const char* op, const Tensor& indices, int64_t limit) {
+  std::vector<int64_t> result = read_indices(indices);
   for (size_t i = 0; i < result.size(); ++i) {
     if (result[i] < 0 || result[i] >= limit) {
       throw_error<InvalidArgumentError>(
@@ -37,11 +45,18 @@ void scatter_rows(const T* updates, T* out, const std::vector<int64_t>& index,
   const int64_t inner = view.inner;
   for (int64_t o = 0; o < view.outer; ++o) {
     for (int64_t j = 0; j < count; ++j) {
-      T* __restrict dst = out + (o * view.n + index[static_cast<size_t>(j)]) * inner;
+      const int64_t row = index[static_cast<size_t>(j)];
+      if (row < 0) continue;  // not this shard's (scatter_add_shard_rows)
+      T* __restrict dst = out + (o * view.n + row) * inner;
       const T* __restrict src = updates + (o * count + j) * inner;
       for (int64_t k = 0; k < inner; ++k) dst[k] = internal::add(dst[k], src[k]);
     }
   }
+}
+
+// A table shard's (first row, rows) (kernel_list.h: gather_shard_rows).
+std::pair<int64_t, int64_t> shard_rows(const Tensor& shard) {
+  return {shard.data<int64_t>()[0], shard.data<int64_t>()[1]};
 }
 
 }  // namespace
@@ -84,6 +99,45 @@ Tensor scatter_add(const Shape& shape, const Tensor& indices, const Tensor& upda
   internal::visit_numeric(updates.dtype(), [&](auto tag) {
     using T = decltype(tag);
     scatter_rows<T>(updates.data<T>(), out.data<T>(), index, view);
+  });
+  return out;
+}
+
+Tensor gather_shard_rows(const Tensor& params, const Tensor& indices, const Tensor& shard,
+                         int64_t vocab) {
+  const std::vector<int64_t> index = checked_indices("gather", indices, vocab);
+  const int64_t first = shard_rows(shard).first, rows = params.dim(0);
+  const internal::AxisView view = internal::view_around_axis(params.shape(), 0);
+  Tensor out = Tensor::zeros(gathered_shape(params.shape(), indices.shape(), 0), params.dtype(),
+                             params.device());
+  if (out.num_elements() == 0) return out;
+  const size_t row_bytes = static_cast<size_t>(view.inner) * dtype_size(params.dtype());
+  const char* src = static_cast<const char*>(params.raw_data());
+  char* dst = static_cast<char*>(out.raw_data());
+  for (size_t j = 0; j < index.size(); ++j) {
+    const int64_t row = index[j] - first;
+    if (row < 0 || row >= rows) continue;  // another shard's row: stays zero
+    std::memcpy(dst + j * row_bytes, src + static_cast<size_t>(row) * row_bytes, row_bytes);
+  }
+  return out;
+}
+
+Tensor scatter_add_shard_rows(const Tensor& indices, const Tensor& updates, const Tensor& shard) {
+  if (updates.dtype() == DType::kBF16) {
+    return internal::f32_to_bf16(
+        scatter_add_shard_rows(indices, internal::bf16_to_f32(updates), shard));
+  }
+  const auto [first, rows] = shard_rows(shard);
+  Shape shape = {rows};
+  shape.insert(shape.end(), updates.shape().begin() + indices.rank(), updates.shape().end());
+  // The ids of this shard as local rows, the others marked for scatter_rows to skip.
+  std::vector<int64_t> local = read_indices(indices);
+  for (int64_t& id : local) id = id - first >= 0 && id - first < rows ? id - first : -1;
+  const internal::AxisView view = internal::view_around_axis(shape, 0);
+  Tensor out = Tensor::zeros(shape, updates.dtype(), updates.device());
+  internal::visit_numeric(updates.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    scatter_rows<T>(updates.data<T>(), out.data<T>(), local, view);
   });
   return out;
 }

@@ -121,14 +121,18 @@ void layer_norm(int dtype, const void* x, const void* gamma, const void* beta, d
 void layer_norm_grad(int dtype, const void* dy, const void* x, const void* gamma, int stat_dtype,
                      const void* mean, const void* rstd, int64_t rows, int64_t d, void* dx,
                      void* dgamma, void* dbeta, cudaStream_t stream);
-// params [outer, axis_n, inner] -> out [outer, count, inner]; bad_index as in sparse_xent.
+// params [outer, axis_n, inner] -> out [outer, count, inner]; bad_index as in sparse_xent. With
+// a (device) row_offset, params holds rows [*row_offset, *row_offset + axis_n) of `limit`: ids
+// in [0, limit) outside them give zeros, ids outside [0, limit) are bad.
 void gather(int elem_size, const void* params, int64_t outer, int64_t axis_n, int64_t inner,
             int index_dtype, const void* indices, int64_t count, void* out, int64_t* bad_index,
-            cudaStream_t stream);
-// out [outer, axis_n, inner] (zeroed here) += updates [outer, count, inner] at indices.
+            cudaStream_t stream, const int64_t* row_offset = nullptr, int64_t limit = 0);
+// out [outer, axis_n, inner] (zeroed here) += updates [outer, count, inner] at indices. With a
+// (device) row_offset, out holds rows [*row_offset, *row_offset + axis_n) and other ids are
+// skipped (none is bad).
 void scatter_add(int dtype, const void* updates, int64_t outer, int64_t axis_n, int64_t inner,
                  int index_dtype, const void* indices, int64_t count, void* out, int64_t* bad_index,
-                 cudaStream_t stream);
+                 cudaStream_t stream, const int64_t* row_offset = nullptr);
 
 // out[r, c] += bias[c] then the activation (a unary_op code, or -1) in place, rows x cols.
 void bias_activation(int dtype, void* out, const void* bias, int64_t rows, int64_t cols,

@@ -296,16 +296,18 @@ __global__ void layer_norm_dparams_kernel(const T* dy, const T* x, const T* mean
 template <typename E>
 __global__ void gather_kernel(const E* params, int64_t outer, int64_t axis_n, int64_t inner,
                               int index_dtype, const void* indices, int64_t count, E* out,
-                              int64_t* bad) {
+                              int64_t* bad, const int64_t* row_offset, int64_t limit) {
+  const int64_t first = row_offset == nullptr ? 0 : *row_offset;
   DTENSOR_FOR_EACH(p, outer * count * inner) {
     const int64_t i = p % inner, j = (p / inner) % count, o = p / (inner * count);
     const int64_t k = label_of(index_dtype, indices, j);
-    if (k < 0 || k >= axis_n) {
+    if (k < 0 || k >= limit) {
       atomicMin(reinterpret_cast<unsigned long long*>(bad), static_cast<unsigned long long>(j));
       out[p] = E{};
       continue;
     }
-    out[p] = params[(o * axis_n + k) * inner + i];
+    const int64_t row = k - first;  // another shard's row (row_offset given) reads zero
+    out[p] = row >= 0 && row < axis_n ? params[(o * axis_n + row) * inner + i] : E{};
   }
 }
 
@@ -313,13 +315,15 @@ __global__ void gather_kernel(const E* params, int64_t outer, int64_t axis_n, in
 template <typename T>
 __global__ void scatter_add_kernel(const T* updates, int64_t outer, int64_t axis_n, int64_t inner,
                                    int index_dtype, const void* indices, int64_t count, T* out,
-                                   int64_t* bad) {
+                                   int64_t* bad, const int64_t* row_offset) {
+  // With row_offset: out holds rows [*row_offset, *row_offset + axis_n); other ids are skipped.
+  const int64_t first = row_offset == nullptr ? 0 : *row_offset;
   DTENSOR_FOR_EACH(p, outer * axis_n * inner) {
-    const int64_t i = p % inner, k = (p / inner) % axis_n, o = p / (inner * axis_n);
+    const int64_t i = p % inner, k = first + (p / inner) % axis_n, o = p / (inner * axis_n);
     Compute<T> acc = 0;
     for (int64_t j = 0; j < count; ++j) {
       const int64_t idx = label_of(index_dtype, indices, j);
-      if (idx < 0 || idx >= axis_n) {
+      if (row_offset == nullptr && (idx < 0 || idx >= axis_n)) {
         if (p == 0)
           atomicMin(reinterpret_cast<unsigned long long*>(bad), static_cast<unsigned long long>(j));
         continue;
@@ -500,14 +504,15 @@ void layer_norm_grad(int dtype, const void* dy, const void* x, const void* gamma
 
 void gather(int elem_size, const void* params, int64_t outer, int64_t axis_n, int64_t inner,
             int index_dtype, const void* indices, int64_t count, void* out, int64_t* bad_index,
-            cudaStream_t stream) {
+            cudaStream_t stream, const int64_t* row_offset, int64_t limit) {
   const int64_t n = outer * count * inner;
   if (n == 0) return;
   auto launch = [&](auto zero) {
     using E = decltype(zero);
     checked_launch("gather_kernel", gather_kernel<E>, blocks_for(n), kThreads, stream,
                    static_cast<const E*>(params), outer, axis_n, inner, index_dtype, indices, count,
-                   static_cast<E*>(out), bad_index);
+                   static_cast<E*>(out), bad_index, row_offset,
+                   row_offset == nullptr ? axis_n : limit);
   };
   switch (elem_size) {
     case 1:
@@ -523,7 +528,7 @@ void gather(int elem_size, const void* params, int64_t outer, int64_t axis_n, in
 
 void scatter_add(int dtype, const void* updates, int64_t outer, int64_t axis_n, int64_t inner,
                  int index_dtype, const void* indices, int64_t count, void* out, int64_t* bad_index,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, const int64_t* row_offset) {
   const int64_t n = outer * axis_n * inner;
   if (n == 0) return;
   visit(dtype, [&](auto zero) {
@@ -531,7 +536,7 @@ void scatter_add(int dtype, const void* updates, int64_t outer, int64_t axis_n, 
     if constexpr (!std::is_same_v<T, bool>) {
       checked_launch("scatter_add_kernel", scatter_add_kernel<T>, blocks_for(n), kThreads, stream,
                      static_cast<const T*>(updates), outer, axis_n, inner, index_dtype, indices,
-                     count, static_cast<T*>(out), bad_index);
+                     count, static_cast<T*>(out), bad_index, row_offset);
     }
   });
 }

@@ -1,4 +1,5 @@
-// Data movement on the GPU: transpose, concat, slice, pad, gather and scatter_add. Every box copy
+// Data movement on the GPU: transpose, concat, slice, pad, gather and scatter_add (and their forms
+// on a table shard, gather_shard_rows and scatter_add_shard_rows). Every box copy
 // is one strided_copy launch over StridedIndex views.
 #include "kernels/cuda/internal.h"
 #include "kernels/cuda/registration.h"
@@ -149,6 +150,39 @@ Tensor scatter_add(const Shape& shape, const Tensor& indices, const Tensor& upda
   return out;
 }
 
+Tensor gather_shard_rows(const Tensor& params, const Tensor& indices, const Tensor& shard,
+                         int64_t vocab) {
+  const char* op = "gather";  // checked by the front: checks::gather_shard_rows
+  const Rows r = rows_around(params.shape(), 0);
+  Tensor out = Tensor::empty(checks::gathered_shape(params.shape(), indices.shape(), 0),
+                             params.dtype(), params.device());
+  if (out.num_elements() == 0) return out;
+  Tensor bad = make_flag(params);
+  cuda_launch::gather(static_cast<int>(dtype_size(params.dtype())), params.raw_data(), r.outer, r.n,
+                      r.inner, code(indices.dtype()), indices.raw_data(), indices.num_elements(),
+                      out.raw_data(), static_cast<int64_t*>(bad.raw_data()), stream_of(params, op),
+                      static_cast<const int64_t*>(shard.raw_data()), vocab);
+  const int64_t position = read_flag(static_cast<const int64_t*>(bad.raw_data()), params);
+  if (position >= 0) throw_bad_index(op, indices, position, vocab);
+  return out;
+}
+
+Tensor scatter_add_shard_rows(const Tensor& indices, const Tensor& updates, const Tensor& shard) {
+  const char* op = "scatter_add";      // checked by the front: checks::scatter_add_shard_rows
+  int64_t first_and_rows[2] = {0, 0};  // the output's shape needs the row count on the host
+  cuda::copy_to_host(first_and_rows, shard.raw_data(), sizeof(first_and_rows), shard.device());
+  Shape shape = {first_and_rows[1]};
+  shape.insert(shape.end(), updates.shape().begin() + indices.rank(), updates.shape().end());
+  const Rows r = rows_around(shape, 0);
+  Tensor out = Tensor::empty(shape, updates.dtype(), updates.device());
+  // With no ids the launch sums nothing: every element is written as zero.
+  cuda_launch::scatter_add(code(updates.dtype()), updates.raw_data(), r.outer, r.n, r.inner,
+                           code(indices.dtype()), indices.raw_data(), indices.num_elements(),
+                           out.raw_data(), nullptr, stream_of(updates, op),
+                           static_cast<const int64_t*>(shard.raw_data()));
+  return out;
+}
+
 // This file's entries of the GPU table (kernels/gpu/gpu_kernels.h); registration.cc calls it
 // before main.
 void register_shape_ops_kernels(Table& table) {
@@ -158,6 +192,8 @@ void register_shape_ops_kernels(Table& table) {
   table.pad = pad;
   table.gather = gather;
   table.scatter_add = scatter_add;
+  table.gather_shard_rows = gather_shard_rows;
+  table.scatter_add_shard_rows = scatter_add_shard_rows;
 }
 
 }  // namespace dtensor::kernels::gpu
