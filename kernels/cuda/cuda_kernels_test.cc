@@ -387,6 +387,27 @@ TEST_CASE("GPU data movement is bit-exact") {
                        Message("[gather] index -1 at position 1 is outside [0, 3)"));
 }
 
+TEST_CASE("GPU table-shard gather and scatter-add give the CPU's bits") {
+  // Rows [3, 6) of a table of 7 (the second shard of 7 over 3), ids all over the table.
+  Tensor shard = Tensor::empty({2}, DType::kI64);
+  shard.data<int64_t>()[0] = 3;
+  shard.data<int64_t>()[1] = 3;
+  for (DType dt : {DType::kF32, DType::kF64, DType::kBF16}) {
+    Tensor rows = values({3, 5}, dt, -9, 9);
+    Tensor idx = values({2, 6}, DType::kI64, 0, 6, 5);
+    check_close(gather_shard_rows(G(rows), G(idx), G(shard), 7),
+                gather_shard_rows(rows, idx, shard, 7), "gather_shard_rows", 0);
+    Tensor upd = values({2, 6, 5}, dt, -3, 3, 6);
+    check_close(scatter_add_shard_rows(G(idx), G(upd), G(shard)),
+                scatter_add_shard_rows(idx, upd, shard), "scatter_add_shard_rows", 0);
+  }
+  Tensor idx = values({3}, DType::kI32, 0, 3);
+  idx.data<int32_t>()[2] = 7;
+  CHECK_THROWS_MATCHES(gather_shard_rows(G(values({3, 2}, DType::kF32)), G(idx), G(shard), 7),
+                       InvalidArgumentError,
+                       Message("[gather] index 7 at position 2 is outside [0, 7)"));
+}
+
 TEST_CASE("GPU block kernels: copy_box, reduce_range, pairwise reduce_tensors, fills") {
   for (DType dt : {DType::kF32, DType::kF64, DType::kBF16, DType::kI32, DType::kBool}) {
     Tensor src = values({6, 7}, dt == DType::kBool ? DType::kI32 : dt, -3, 3);
