@@ -255,7 +255,8 @@ void gather_shard_rows(const Tensor& params, const Tensor& indices, const Tensor
   if (vocab < 0) throw_error<InvalidArgumentError>("gather", "vocab must be >= 0, got {}", vocab);
 }
 
-void scatter_add_shard_rows(const Tensor& indices, const Tensor& updates, const Tensor& shard) {
+void scatter_add_shard_rows(const Tensor& indices, const Tensor& updates, const Tensor& shard,
+                            int64_t chunk_rows) {
   const char* op = "scatter_add";
   check_index_dtype(op, indices, "indices");
   if (updates.dtype() == DType::kBool) throw_unsupported(op, updates);
@@ -266,6 +267,11 @@ void scatter_add_shard_rows(const Tensor& indices, const Tensor& updates, const 
                             describe(updates), describe(indices));
   }
   check_shard(op, shard);
+  const bool wide = updates.dtype() == DType::kF32 || updates.dtype() == DType::kF64;
+  if (chunk_rows < 0 || (chunk_rows > 0 && !wide)) {
+    throw_error<InvalidArgumentError>(op, "chunk_rows {} must be >= 0, and 0 for {}", chunk_rows,
+                                      describe(updates));
+  }
 }
 
 namespace {

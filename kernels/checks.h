@@ -74,8 +74,10 @@ void scatter_add(const Shape& shape, const Tensor& indices, const Tensor& update
 // gather's checks along axis 0, an i64 shard of 2 elements, vocab >= 0.
 void gather_shard_rows(const Tensor& params, const Tensor& indices, const Tensor& shard,
                        int64_t vocab);
-// i32/i64 indices, numeric updates of indices.shape + [...], an i64 shard of 2 elements.
-void scatter_add_shard_rows(const Tensor& indices, const Tensor& updates, const Tensor& shard);
+// i32/i64 indices, numeric updates of indices.shape + [...], an i64 shard of 2 elements;
+// chunk_rows >= 0, and > 0 only for f32/f64 updates.
+void scatter_add_shard_rows(const Tensor& indices, const Tensor& updates, const Tensor& shard,
+                            int64_t chunk_rows);
 
 // ---- CNN ops: the one place the kernels check convolution geometry ----
 

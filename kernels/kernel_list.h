@@ -239,11 +239,16 @@ DTENSOR_KERNEL(Tensor, gather_shard_rows,
 
 // Its adjoint: zeros of [R] + updates.shape[indices.rank():] with updates' row j added at row
 // ids[j] - o for the ids in the shard; the other ids are skipped. Each row sums its updates in
-// index order (one fixed order, whatever the backend). Not for bool.
+// index order (one fixed order, whatever the backend). Not for bool. With chunk_rows > 0 (f32
+// and f64), the batch-invariant sum of ops/expand.h (Stacking::chunk_rows) done in place: the
+// ids' dim 0 is cut into chunks of chunk_rows, each chunk summed so, and the chunk sums added
+// in order in f64 and rounded once: the bits of the chunked fold, without a table-sized
+// temporary per chunk.
 DTENSOR_KERNEL(Tensor, scatter_add_shard_rows,
-               (const Tensor& indices, const Tensor& updates, const Tensor& shard),
-               (indices, updates, shard), "scatter_add", (updates, indices, shard),
-               checks::scatter_add_shard_rows(indices, updates, shard))
+               (const Tensor& indices, const Tensor& updates, const Tensor& shard,
+                int64_t chunk_rows DTENSOR_DEFAULT(0)),
+               (indices, updates, shard, chunk_rows), "scatter_add", (updates, indices, shard),
+               checks::scatter_add_shard_rows(indices, updates, shard, chunk_rows))
 
 // ---- CNN ops (f32, f64, bf16; NHWC, HWIO; kernels/conv_params.h) ---------------------------
 

@@ -1505,8 +1505,29 @@ TEST_CASE("gather_shard_rows and scatter_add_shard_rows are gather and scatter_a
       CHECK(values(concat(scattered, 0)) == values(scatter_add({vocab, 3}, indices, updates, 0)));
     }
   }
+  // chunk_rows: the chunks' sums (each a plain scatter) added in f64 in order, rounded once.
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    const Tensor indices = random_tensor({6, 5}, DType::kI32, rng, 0, vocab - 1);
+    const Tensor updates = random_tensor({6, 5, 3}, dtype, rng, -9, 9);
+    const Tensor shard = make({2}, DType::kI64, {3, 3});
+    std::vector<double> want(9, 0.0);
+    for (int64_t begin = 0; begin < 6; begin += 4) {
+      const int64_t rows = std::min<int64_t>(6 - begin, 4);
+      const auto part = values(scatter_add_shard_rows(
+          slice(indices, {begin, 0}, {rows, 5}), slice(updates, {begin, 0, 0}, {rows, 5, 3}),
+          shard));
+      for (size_t i = 0; i < want.size(); ++i) want[i] += part[i];
+    }
+    for (double& w : want) w = dtype == DType::kF32 ? static_cast<float>(w) : w;
+    CHECK(values(scatter_add_shard_rows(indices, updates, shard, 4)) == want);
+  }
   const Tensor params = Tensor::zeros({2, 2}, DType::kF32);
   const Tensor shard = make({2}, DType::kI64, {4, 2});
+  CHECK_THROWS_MATCHES(
+      scatter_add_shard_rows(make({1}, DType::kI32, {5}), Tensor::zeros({1, 2}, DType::kBF16),
+                             shard, 2),
+      InvalidArgumentError,
+      Catch::Message("[scatter_add] chunk_rows 2 must be >= 0, and 0 for bf16[1,2]"));
   CHECK_THROWS_MATCHES(gather_shard_rows(params, make({2}, DType::kI32, {1, 8}), shard, 8),
                        InvalidArgumentError,
                        Catch::Message("[gather] index 8 at position [1] is outside [0, 8)"));

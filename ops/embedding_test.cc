@@ -101,6 +101,25 @@ TEST_CASE("the vocab-parallel embedding gives one device's values on every layou
   }
 }
 
+TEST_CASE("a batch large enough to sum in eight chunks gives one device's gradient bits") {
+  // 16 x 64 ids of a 64-wide table: 65536 elements of dy, eight chunks of two rows. Replicated
+  // ids fold their chunks in the kernel; batch-sharded ones through the chunked partial sum.
+  const Mesh one = test_mesh({{"d", 1}});
+  const Mesh mesh = test_mesh({{"data", 2}, {"model", 4}});
+  const Tensor table = values({50, 64}, 6), tokens = ids({16, 64}, 50),
+               dy = values({16, 64, 64}, 7);
+  const Result want =
+      run(table, Layout::replicated(one, 2), tokens, Layout::replicated(one, 2), dy);
+  for (const std::string& batch : {u, std::string("data")}) {
+    for (const std::string& vocab : {u, std::string("model")}) {
+      INFO("ids on " << batch << ", vocab on " << vocab);
+      const Result got = run(table, Layout({vocab, u}, mesh), tokens, Layout({batch, u}, mesh), dy);
+      CHECK(bitwise_equal(got.y, want.y));
+      CHECK(bitwise_equal(got.grad, want.grad));
+    }
+  }
+}
+
 TEST_CASE("the vocab-parallel embedding emits the collectives of a partial sum only") {
   const Mesh mesh = test_mesh({{"data", 2}, {"model", 4}});
   const Tensor table = values({7, 8}, 3), tokens = ids({4, 6}, 7), dy = values({4, 6, 8}, 4);

@@ -153,13 +153,25 @@ DTensor shard_scatter_add(const VocabGradPlan& v, const DTensor& g_in) {
   stacking.op = "embedding";
   bool rows_only = ids.rank() >= 1;
   for (int64_t d = 1; d < ids.rank() && rows_only; ++d) rows_only = !ids.layout().is_sharded(d);
+  int64_t kernel_chunks = 0;
   if (rows_only) {
-    stacking.contraction_axes = {0, 0, Stacking::kShared};
-    stacking.chunk_rows = invariant_chunk_rows(ids.shape()[0], work);
+    const int64_t chunk = invariant_chunk_rows(ids.shape()[0], work);
+    const bool wide = g.dtype() == DType::kF32 || g.dtype() == DType::kF64;
+    if (!ids.layout().is_sharded(0) && wide) {
+      // Every device holds all its chunks: the kernel folds them itself, to the same bits,
+      // without a table-sized value per chunk.
+      kernel_chunks = chunk;
+    } else {
+      stacking.contraction_axes = {0, 0, Stacking::kShared};
+      stacking.chunk_rows = chunk;
+    }
   }
   return run_local(
       {&ids, &g, &v.rows}, v.table_layout.with_partial(partial), v.table_shape, g.dtype(), work,
-      [](const Shards& s) { return kernels::scatter_add_shard_rows(s[0], s[1], s[2]); }, stacking);
+      [kernel_chunks](const Shards& s) {
+        return kernels::scatter_add_shard_rows(s[0], s[1], s[2], kernel_chunks);
+      },
+      stacking);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // on a table shard.
 #include <algorithm>
 #include <cstring>
+#include <unordered_map>
 #include <utility>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -51,6 +52,57 @@ void scatter_rows(const T* updates, T* out, const std::vector<int64_t>& index,
       const T* __restrict src = updates + (o * count + j) * inner;
       for (int64_t k = 0; k < inner; ++k) dst[k] = internal::add(dst[k], src[k]);
     }
+  }
+}
+
+// scatter_rows along axis 0 in chunks of `per_chunk` updates: each chunk's rows summed in T in
+// index order, then added into an f64 sum per row in chunk order and rounded once (the fold of
+// ops/expand.h's chunked sums; a chunk that misses a row adds its exact zero, so it is skipped).
+// Only the rows the updates touch get accumulators: no table-sized temporary.
+template <typename T>
+void scatter_rows_chunked(const T* updates, T* out, const std::vector<int64_t>& rows, int64_t inner,
+                          int64_t per_chunk) {
+  std::unordered_map<int64_t, size_t> slot_of;  // row -> accumulator
+  std::vector<int64_t> slot_row;
+  std::vector<double> total;
+  std::vector<T> chunk;
+  std::vector<size_t> in_chunk;
+  std::vector<char> seen;
+  const size_t n = static_cast<size_t>(inner);
+  const int64_t count = static_cast<int64_t>(rows.size());
+  for (int64_t begin = 0; begin < count; begin += per_chunk) {
+    const int64_t end = std::min(count, begin + per_chunk);
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t row = rows[static_cast<size_t>(j)];
+      if (row < 0) continue;
+      auto [it, added] = slot_of.try_emplace(row, slot_row.size());
+      const size_t slot = it->second;
+      if (added) {
+        slot_row.push_back(row);
+        total.resize(total.size() + n, 0.0);
+        chunk.resize(chunk.size() + n, T(0));
+        seen.push_back(0);
+      }
+      if (!seen[slot]) {
+        seen[slot] = 1;
+        in_chunk.push_back(slot);
+      }
+      T* __restrict dst = chunk.data() + slot * n;
+      const T* __restrict src = updates + j * inner;
+      for (size_t k = 0; k < n; ++k) dst[k] = internal::add(dst[k], src[k]);
+    }
+    for (size_t slot : in_chunk) {
+      for (size_t k = 0; k < n; ++k) {
+        total[slot * n + k] += static_cast<double>(chunk[slot * n + k]);
+        chunk[slot * n + k] = T(0);
+      }
+      seen[slot] = 0;
+    }
+    in_chunk.clear();
+  }
+  for (size_t slot = 0; slot < slot_row.size(); ++slot) {
+    T* dst = out + slot_row[slot] * inner;
+    for (size_t k = 0; k < n; ++k) dst[k] = static_cast<T>(total[slot * n + k]);
   }
 }
 
@@ -122,7 +174,8 @@ Tensor gather_shard_rows(const Tensor& params, const Tensor& indices, const Tens
   return out;
 }
 
-Tensor scatter_add_shard_rows(const Tensor& indices, const Tensor& updates, const Tensor& shard) {
+Tensor scatter_add_shard_rows(const Tensor& indices, const Tensor& updates, const Tensor& shard,
+                              int64_t chunk_rows) {
   if (updates.dtype() == DType::kBF16) {
     return internal::f32_to_bf16(
         scatter_add_shard_rows(indices, internal::bf16_to_f32(updates), shard));
@@ -135,6 +188,18 @@ Tensor scatter_add_shard_rows(const Tensor& indices, const Tensor& updates, cons
   for (int64_t& id : local) id = id - first >= 0 && id - first < rows ? id - first : -1;
   const internal::AxisView view = internal::view_around_axis(shape, 0);
   Tensor out = Tensor::zeros(shape, updates.dtype(), updates.device());
+  if (chunk_rows > 0) {
+    const int64_t lead = indices.rank() > 0 ? indices.dim(0) : 1;
+    const int64_t per_chunk = lead == 0 ? 1 : chunk_rows * (indices.num_elements() / lead);
+    if (updates.dtype() == DType::kF32) {
+      scatter_rows_chunked<float>(updates.data<float>(), out.data<float>(), local, view.inner,
+                                  per_chunk);
+    } else {
+      scatter_rows_chunked<double>(updates.data<double>(), out.data<double>(), local, view.inner,
+                                   per_chunk);
+    }
+    return out;
+  }
   internal::visit_numeric(updates.dtype(), [&](auto tag) {
     using T = decltype(tag);
     scatter_rows<T>(updates.data<T>(), out.data<T>(), local, view);

@@ -129,10 +129,11 @@ void gather(int elem_size, const void* params, int64_t outer, int64_t axis_n, in
             cudaStream_t stream, const int64_t* row_offset = nullptr, int64_t limit = 0);
 // out [outer, axis_n, inner] (zeroed here) += updates [outer, count, inner] at indices. With a
 // (device) row_offset, out holds rows [*row_offset, *row_offset + axis_n) and other ids are
-// skipped (none is bad).
+// skipped (none is bad). per_chunk > 0 (f32, f64): chunks of that many updates summed each in
+// order, the chunk sums added in f64 and rounded once (the CPU's scatter_add_shard_rows).
 void scatter_add(int dtype, const void* updates, int64_t outer, int64_t axis_n, int64_t inner,
                  int index_dtype, const void* indices, int64_t count, void* out, int64_t* bad_index,
-                 cudaStream_t stream, const int64_t* row_offset = nullptr);
+                 cudaStream_t stream, const int64_t* row_offset = nullptr, int64_t per_chunk = 0);
 
 // out[r, c] += bias[c] then the activation (a unary_op code, or -1) in place, rows x cols.
 void bias_activation(int dtype, void* out, const void* bias, int64_t rows, int64_t cols,

@@ -315,13 +315,18 @@ __global__ void gather_kernel(const E* params, int64_t outer, int64_t axis_n, in
 template <typename T>
 __global__ void scatter_add_kernel(const T* updates, int64_t outer, int64_t axis_n, int64_t inner,
                                    int index_dtype, const void* indices, int64_t count, T* out,
-                                   int64_t* bad, const int64_t* row_offset) {
+                                   int64_t* bad, const int64_t* row_offset, int64_t per_chunk) {
   // With row_offset: out holds rows [*row_offset, *row_offset + axis_n); other ids are skipped.
   const int64_t first = row_offset == nullptr ? 0 : *row_offset;
   DTENSOR_FOR_EACH(p, outer * axis_n * inner) {
     const int64_t i = p % inner, k = first + (p / inner) % axis_n, o = p / (inner * axis_n);
     Compute<T> acc = 0;
+    double folded = 0;  // per_chunk > 0: the chunk sums, in order
     for (int64_t j = 0; j < count; ++j) {
+      if (per_chunk > 0 && j > 0 && j % per_chunk == 0) {
+        folded += static_cast<double>(acc);
+        acc = 0;
+      }
       const int64_t idx = label_of(index_dtype, indices, j);
       if (row_offset == nullptr && (idx < 0 || idx >= axis_n)) {
         if (p == 0)
@@ -330,6 +335,7 @@ __global__ void scatter_add_kernel(const T* updates, int64_t outer, int64_t axis
       }
       if (idx == k) acc = wrap_add(acc, load(updates, (o * count + j) * inner + i));
     }
+    if (per_chunk > 0) acc = static_cast<Compute<T>>(folded + static_cast<double>(acc));
     store(out, p, acc);
   }
 }
@@ -528,7 +534,7 @@ void gather(int elem_size, const void* params, int64_t outer, int64_t axis_n, in
 
 void scatter_add(int dtype, const void* updates, int64_t outer, int64_t axis_n, int64_t inner,
                  int index_dtype, const void* indices, int64_t count, void* out, int64_t* bad_index,
-                 cudaStream_t stream, const int64_t* row_offset) {
+                 cudaStream_t stream, const int64_t* row_offset, int64_t per_chunk) {
   const int64_t n = outer * axis_n * inner;
   if (n == 0) return;
   visit(dtype, [&](auto zero) {
@@ -536,7 +542,7 @@ void scatter_add(int dtype, const void* updates, int64_t outer, int64_t axis_n, 
     if constexpr (!std::is_same_v<T, bool>) {
       checked_launch("scatter_add_kernel", scatter_add_kernel<T>, blocks_for(n), kThreads, stream,
                      static_cast<const T*>(updates), outer, axis_n, inner, index_dtype, indices,
-                     count, static_cast<T*>(out), bad_index, row_offset);
+                     count, static_cast<T*>(out), bad_index, row_offset, per_chunk);
     }
   });
 }

@@ -167,7 +167,8 @@ Tensor gather_shard_rows(const Tensor& params, const Tensor& indices, const Tens
   return out;
 }
 
-Tensor scatter_add_shard_rows(const Tensor& indices, const Tensor& updates, const Tensor& shard) {
+Tensor scatter_add_shard_rows(const Tensor& indices, const Tensor& updates, const Tensor& shard,
+                              int64_t chunk_rows) {
   const char* op = "scatter_add";      // checked by the front: checks::scatter_add_shard_rows
   int64_t first_and_rows[2] = {0, 0};  // the output's shape needs the row count on the host
   cuda::copy_to_host(first_and_rows, shard.raw_data(), sizeof(first_and_rows), shard.device());
@@ -175,11 +176,14 @@ Tensor scatter_add_shard_rows(const Tensor& indices, const Tensor& updates, cons
   shape.insert(shape.end(), updates.shape().begin() + indices.rank(), updates.shape().end());
   const Rows r = rows_around(shape, 0);
   Tensor out = Tensor::empty(shape, updates.dtype(), updates.device());
+  const int64_t lead = indices.rank() > 0 ? indices.dim(0) : 1;
+  const int64_t per_chunk =
+      chunk_rows == 0 || lead == 0 ? 0 : chunk_rows * (indices.num_elements() / lead);
   // With no ids the launch sums nothing: every element is written as zero.
   cuda_launch::scatter_add(code(updates.dtype()), updates.raw_data(), r.outer, r.n, r.inner,
                            code(indices.dtype()), indices.raw_data(), indices.num_elements(),
                            out.raw_data(), nullptr, stream_of(updates, op),
-                           static_cast<const int64_t*>(shard.raw_data()));
+                           static_cast<const int64_t*>(shard.raw_data()), per_chunk);
   return out;
 }
 
