@@ -1,11 +1,11 @@
 // The embedding of a real vocabulary: the vocab-parallel masked gather and scatter-add
 // (ops::embedding) against the one-hot product it replaced (one_hot(ids) [tokens, V] x table
 // [V, D], written here with the public ops as ops/transformer.cc wrote it before), forward and
-// forward + backward (the table's gradient), on one device and with the table sharded over
-// model=2. Each round times every case (the median of a few calls); the reported figure is the
-// median over --rounds interleaved rounds ("embedding", milliseconds). Then the peak memory of one
-// forward + backward of each case over the resting set ("embedding_peak", bytes: the temporaries,
-// the one-hot matrix included).
+// forward + backward (the table's gradient), on one device, with the table sharded over model=2,
+// and on data=2,model=2 with the ids' batch over data. Each round times every case (the median of a
+// few calls); the reported figure is the median over --rounds interleaved rounds ("embedding",
+// milliseconds). Then the peak memory of one forward + backward of each case over the resting set
+// ("embedding_peak", bytes: the temporaries, the one-hot matrix included).
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -46,14 +46,17 @@ int main(int argc, char** argv) {
   if (std::optional<int> code = flags.parse(argc, argv)) return *code;
   const std::vector<std::pair<std::string, Embedding>> ops = {{"one_hot", &one_hot_product},
                                                               {"vocab_parallel", &embedding}};
-  for (const std::string spec : {"model=1", "model=2"}) {
+  for (const std::string spec : {"model=1", "model=2", "data=2,model=2"}) {
     const Mesh mesh = Mesh::create(parse_mesh_dims(spec), DeviceType::kCPU);
+    // The batch over data where the mesh has it (the table's gradient is then a partial sum over
+    // data, chunked across the devices), else replicated ids.
+    const Layout ids_layout =
+        mesh.has_dim("data") ? Layout::batch_sharded(mesh, "data", 2) : Layout::replicated(mesh, 2);
     const DTensor table =
         random_uniform({vocab, dim}, Layout::batch_sharded(mesh, "model", 2), 1, -1, 1);
-    const DTensor ids =
-        cast(scale(random_uniform({batch, seq}, Layout::replicated(mesh, 2), 2, 0, 1),
-                   static_cast<double>(vocab) - 0.01),
-             DType::kI32);
+    const DTensor ids = cast(
+        scale(random_uniform({batch, seq}, ids_layout, 2, 0, 1), static_cast<double>(vocab) - 0.01),
+        DType::kI32);
     const std::vector<dtensor::bench::Field> where = {
         {"mesh", spec}, {"vocab", vocab}, {"dim", dim}, {"tokens", batch * seq}};
     auto forward = [&](Embedding embed) {
