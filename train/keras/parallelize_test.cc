@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <map>
 #include <optional>
 
@@ -13,9 +14,11 @@
 #include "dtensor/creation.h"
 #include "ops/autograd.h"
 #include "ops/ops.h"
+#include "train/capture/function.h"
 #include "train/keras/layers.h"
 #include "train/keras/layout_map.h"
 #include "train/keras/strategy.h"
+#include "train/optim/optimizers.h"
 
 using namespace dtensor;
 using namespace dtensor::keras;
@@ -57,20 +60,20 @@ Layout input_layout(const Mesh& mesh) {
                               : Layout::replicated(mesh, 3);
 }
 
-struct Step {
+struct Result {
   double loss = 0;
   std::map<std::string, Tensor> grads;  // by variable name
   Counts forward, backward;
 };
 
 // One forward and backward of mean((model(x) - y)^2), x and y fixed random [4, 5, 8].
-Step step(Layer& model, const Mesh& mesh) {
+Result run_step(Layer& model, const Mesh& mesh) {
   const DTensor x = random_uniform({kBatch, kSeq, kDim}, input_layout(mesh), 3, -1, 1);
   const DTensor y = random_uniform({kBatch, kSeq, kDim}, input_layout(mesh), 4, -1, 1);
   std::vector<DVariable> vars = model.variables();
   GradientTape tape;
   for (const DVariable& v : vars) tape.watch(v);
-  Step s;
+  Result s;
   std::optional<DTensor> out;
   {
     CollectiveListener listener;
@@ -89,7 +92,7 @@ Step step(Layer& model, const Mesh& mesh) {
   return s;
 }
 
-void check_close(const Step& got, const Step& want) {
+void check_close(const Result& got, const Result& want) {
   CHECK(got.loss == Approx(want.loss).margin(1e-6));
   REQUIRE(got.grads.size() == want.grads.size());
   for (const auto& [name, g] : want.grads) {
@@ -191,7 +194,7 @@ std::vector<Mesh> meshes() {
 
 TEST_CASE("colwise then rowwise: one device's loss and gradients, one all-reduce each way") {
   Sequential one = mlp(test_mesh({{"d", 1}}));
-  const Step want = step(one, test_mesh({{"d", 1}}));
+  const Result want = run_step(one, test_mesh({{"d", 1}}));
   for (const Mesh& mesh : meshes()) {
     INFO(mesh.dims_string());
     Sequential model = mlp(mesh);
@@ -201,7 +204,7 @@ TEST_CASE("colwise then rowwise: one device's loss and gradients, one all-reduce
     CHECK(model.layers()[2].variables()[0].layout().short_string() == "[model,unsharded]");
     CHECK(model.layers()[2].variables()[1].layout().short_string() == "[unsharded]");
     CHECK(model.layers()[0].variables()[0].layout().short_string() == "[unsharded,unsharded]");
-    const Step got = step(model, mesh);
+    const Result got = run_step(model, mesh);
     check_close(got, want);
     // Two colwise/rowwise pairs: the rowwise sums all-reduced forward, the colwise inputs'
     // gradients all-reduced backward (the first pair's too: "in" needs it). Over data, each
@@ -216,14 +219,14 @@ TEST_CASE("colwise then rowwise: one device's loss and gradients, one all-reduce
 
 TEST_CASE("sequence parallel blocks: an all-gather and a reduce-scatter each way per block") {
   Tower one(test_mesh({{"d", 1}}));
-  const Step want = step(one, test_mesh({{"d", 1}}));
+  const Result want = run_step(one, test_mesh({{"d", 1}}));
   for (const Mesh& mesh : meshes()) {
     INFO(mesh.dims_string());
     Tower model(mesh);
     parallelize(model, mesh, kSequenceParallel);
     CHECK(model.sublayers()[0]->sublayers()[1]->style()->to_string() ==
           "ColwiseParallel(input_layouts=Shard(1))");
-    const Step got = step(model, mesh);
+    const Result got = run_step(model, mesh);
     check_close(got, want);
     // Per block, forward: fc1's input gathered along the sequence, fc2's sum reduce-scattered
     // onto it. Backward: the reverse, and the gradients of the replicated vectors that meet
@@ -240,7 +243,7 @@ TEST_CASE("sequence parallel blocks: an all-gather and a reduce-scatter each way
 
 TEST_CASE("output layouts: colwise gathered, rowwise left partial for its consumer") {
   Sequential one = mlp(test_mesh({{"d", 1}}));
-  const Step want = step(one, test_mesh({{"d", 1}}));
+  const Result want = run_step(one, test_mesh({{"d", 1}}));
   const Mesh mesh = test_mesh({{"model", 4}});
   Sequential model = mlp(mesh);
   parallelize(model, mesh,
@@ -250,7 +253,7 @@ TEST_CASE("output layouts: colwise gathered, rowwise left partial for its consum
   // fc1 and fc2 take their exact entries, fc3 and fc4 the pattern; "in" none.
   CHECK(model.layers()[4].style()->name() == std::string("ColwiseParallel"));
   CHECK_FALSE(model.layers()[0].style().has_value());
-  const Step got = step(model, mesh);
+  const Result got = run_step(model, mesh);
   check_close(got, want);
   // fc1's output gathered, fc2's sum all-reduced only where fc3 needs it whole, fc3's sharded
   // output gathered for fc4 (colwise again).
@@ -360,7 +363,7 @@ TEST_CASE("inputs that do not fit a style get exact errors at call") {
 
 TEST_CASE("a LayoutMap places variables as they are built") {
   Sequential one = mlp(test_mesh({{"d", 1}}));
-  const Step want = step(one, test_mesh({{"d", 1}}));
+  const Result want = run_step(one, test_mesh({{"d", 1}}));
   const Mesh mesh = test_mesh({{"data", 2}, {"model", 2}});
   LayoutMap map;
   map.set("fc[13]/kernel", {"unsharded", "model"});
@@ -371,7 +374,7 @@ TEST_CASE("a LayoutMap places variables as they are built") {
   CHECK(model->layers()[1].variables()[0].layout().short_string() == "[unsharded,model]");
   CHECK(model->layers()[2].variables()[0].layout().short_string() == "[model,unsharded]");
   CHECK(model->layers()[2].variables()[1].layout().short_string() == "[unsharded]");
-  check_close(step(*model, mesh), want);
+  check_close(run_step(*model, mesh), want);
 
   LayoutMap bad;
   bad.set("fc1/kernel", {"model"});
@@ -392,4 +395,37 @@ TEST_CASE("a LayoutMap places variables as they are built") {
   CHECK_THROWS_AS(map.set("fc(", {"model"}), InvalidArgumentError);
   CHECK_THROWS_WITH(map.set("fc(", {"model"}),
                     Catch::StartsWith("[LayoutMap::set] 'fc(' is not a regex: "));
+}
+
+TEST_CASE("a captured Adam step of styled layers replays the eager step's bits") {
+  const Mesh mesh = test_mesh({{"data", 2}, {"model", 2}});
+  Tower eager(mesh), captured(mesh);
+  parallelize(eager, mesh, kSequenceParallel);
+  parallelize(captured, mesh, kSequenceParallel);
+  const DTensor x = random_uniform({kBatch, kSeq, kDim}, input_layout(mesh), 3, -1, 1);
+  Adam eager_adam(1e-2), captured_adam(1e-2);
+  auto train_step = [&x](Layer& model, Adam& adam) {
+    const std::vector<DVariable> vars = model.variables();
+    GradientTape tape;
+    for (const DVariable& v : vars) tape.watch(v);
+    const DTensor loss = reduce_mean(square(model.call(x, /*training=*/true)));
+    adam.apply(vars, tape.gradient(loss, vars));
+    return loss;
+  };
+  Function step([&](const std::vector<DTensor>&) {
+    return std::vector<DTensor>{train_step(captured, captured_adam)};
+  });
+  for (int i = 0; i < 4; ++i) {
+    INFO("step " << i);
+    const float want = to_global(train_step(eager, eager_adam)).data<float>()[0];
+    CHECK(to_global(step({})[0]).data<float>()[0] == want);
+  }
+  CHECK(step.trace_count() == 1);
+  const std::vector<DVariable> a = eager.variables(), b = captured.variables();
+  for (size_t k = 0; k < a.size(); ++k) {
+    INFO(a[k].name());
+    CHECK(b[k].layout() == a[k].layout());
+    const Tensor ga = to_global(a[k].value()), gb = to_global(b[k].value());
+    CHECK(std::memcmp(ga.raw_data(), gb.raw_data(), ga.num_elements() * sizeof(float)) == 0);
+  }
 }
