@@ -107,7 +107,7 @@ DTensor Layer::input(const DTensor& x, const char* function) const {
                                want.to_string(), dim, x.short_string());
     }
   }
-  const Placement compute = style_->compute_input().resolved(x.rank(), function, what + ": input");
+  const Placement compute = compute_input(*style_).resolved(x.rank(), function, what + ": input");
   const Layout target =
       with_placement(x.layout(), dim, compute, function, what + ": input " + x.short_string());
   if (target == x.layout()) return gradient_boundary(x);

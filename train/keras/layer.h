@@ -50,6 +50,11 @@ class Layer : public Model {
   // The variables' layouts under `style`, in the order of variables(); by default each one
   // replicated along the style's mesh dim.
   virtual std::vector<Layout> variable_layouts(const ParallelStyle& style) const;
+  // What the layer computes on under `style` (the style's, unless overridden: an embedding reads
+  // whole ids whatever its table's split).
+  virtual Placement compute_input(const ParallelStyle& style) const {
+    return style.compute_input();
+  }
   // Replaces the variables (same order as variables()).
   virtual void set_variables(const std::vector<DVariable>& vars) {}
 

@@ -111,6 +111,45 @@ DTensor Dense::call(const DTensor& inputs, bool) {
   return output(activate(dense(x, kernel_->value(), bias_->value())), fn);
 }
 
+// ---- Embedding -------------------------------------------------------------------------------
+
+Embedding::Embedding(int64_t input_dim, int64_t output_dim, std::string name)
+    : Layer(std::move(name)), input_dim_(input_dim), output_dim_(output_dim) {
+  if (input_dim < 1 || output_dim < 1) {
+    throw_error<InvalidArgumentError>("Embedding", "sizes must be >= 1, got [{}, {}]", input_dim,
+                                      output_dim);
+  }
+}
+
+void Embedding::build(uint64_t seed) {
+  check_buildable("Embedding::build", *this, input_dim_);
+  const Shape shape = {input_dim_, output_dim_};
+  table_ = make_variable(
+      name() + "/embeddings",
+      [&](const Layout& l) { return random_uniform(shape, l, seed, -0.05, 0.05); }, shape);
+}
+
+std::vector<DVariable> Embedding::variables() const {
+  if (!built()) return {};
+  return {*table_};
+}
+
+std::string Embedding::unfit(const ParallelStyle& style) const {
+  return is_sequence(style) ? "Embedding takes ColwiseParallel or RowwiseParallel" : "";
+}
+
+std::vector<Layout> Embedding::variable_layouts(const ParallelStyle& style) const {
+  const bool colwise = style.kind() == ParallelStyle::Kind::kColwise;
+  return {with_placement(table_->layout(), style.mesh_dim(), Shard(colwise ? 1 : 0),
+                         "Embedding::place", name())};
+}
+
+DTensor Embedding::call(const DTensor& ids, bool) {
+  const char* fn = "Embedding::call";
+  check_built(fn, *this);
+  return output(embedding(table_->value(), input(ids, fn)), fn);
+}
+
 // ---- LayerNormalization ----------------------------------------------------------------------
 
 LayerNormalization::LayerNormalization(double epsilon, std::string name)

@@ -10,8 +10,8 @@
 // randomness (dtensor/creation.h): the same seed gives the same values on any number of replicas
 // and in any layout. Biases and betas start at zero, gammas at one.
 //
-// Parallel styles (train/keras/parallel_style.h, applied by parallelize.h): Dense takes
-// ColwiseParallel and RowwiseParallel, LayerNormalization and Dropout SequenceParallel.
+// Parallel styles (train/keras/parallel_style.h, applied by parallelize.h): Dense and Embedding
+// take ColwiseParallel and RowwiseParallel, LayerNormalization and Dropout SequenceParallel.
 //
 // Copies of a built layer share its variables (DVariables are handles). Not thread-safe.
 #pragma once
@@ -69,6 +69,34 @@ class Dense : public Layer {
   Activation activation_;
   std::optional<DVariable> kernel_, bias_;
   std::optional<Policy> policy_;
+};
+
+// Keras's Embedding: rows of embeddings [input_dim, output_dim] at integer ids [...], giving
+// [..., output_dim]. Under RowwiseParallel the table is split over the vocabulary (each device
+// reads its rows: a partial sum, brought to the output layout); under ColwiseParallel over the
+// features (output Shard(-1)). Either way the ids are read whole.
+class Embedding : public Layer {
+ public:
+  // InvalidArgumentError for sizes < 1.
+  Embedding(int64_t input_dim, int64_t output_dim, std::string name = "");
+
+  // Creates "<name>/embeddings", uniform in [-0.05, 0.05) (Keras's default), seeded `seed`.
+  void build(uint64_t seed);
+  bool built() const override { return table_.has_value(); }
+  const char* kind() const override { return "Embedding"; }
+  std::vector<DVariable> variables() const override;
+  // InvalidArgumentError before build; the embedding op's errors for ids that do not fit.
+  DTensor call(const DTensor& ids, bool training) override;
+
+ protected:
+  std::string unfit(const ParallelStyle& style) const override;
+  std::vector<Layout> variable_layouts(const ParallelStyle& style) const override;
+  Placement compute_input(const ParallelStyle&) const override { return Replicate(); }
+  void set_variables(const std::vector<DVariable>& vars) override { table_ = vars[0]; }
+
+ private:
+  int64_t input_dim_, output_dim_;
+  std::optional<DVariable> table_;
 };
 
 // Keras's LayerNormalization over the last dim: gamma [dim], beta [dim].

@@ -30,7 +30,7 @@ Mesh test_mesh(std::vector<MeshDim> dims) {
   return Mesh::create(std::move(dims), DeviceType::kCPU);
 }
 
-constexpr int64_t kBatch = 4, kSeq = 5, kDim = 8, kHidden = 10;
+constexpr int64_t kBatch = 4, kSeq = 5, kDim = 8, kHidden = 10, kVocab = 11;
 
 // Calls per "kind@dims" ("all_reduce@model").
 using Counts = std::map<std::string, int64_t>;
@@ -55,9 +55,9 @@ MirroredStrategy strategy_on(const Mesh& mesh) {
 }
 
 // The batch over "data" when the mesh has it.
-Layout input_layout(const Mesh& mesh) {
-  return mesh.has_dim("data") ? Layout::batch_sharded(mesh, "data", 3)
-                              : Layout::replicated(mesh, 3);
+Layout input_layout(const Mesh& mesh, int64_t rank = 3) {
+  return mesh.has_dim("data") ? Layout::batch_sharded(mesh, "data", rank)
+                              : Layout::replicated(mesh, rank);
 }
 
 struct Result {
@@ -66,9 +66,12 @@ struct Result {
   Counts forward, backward;
 };
 
-// One forward and backward of mean((model(x) - y)^2), x and y fixed random [4, 5, 8].
-Result run_step(Layer& model, const Mesh& mesh) {
-  const DTensor x = random_uniform({kBatch, kSeq, kDim}, input_layout(mesh), 3, -1, 1);
+// One forward and backward of mean((model(x) - y)^2), x and y fixed random [4, 5, 8] (x token
+// ids [4, 5] with `ids`).
+Result run_step(Layer& model, const Mesh& mesh, bool ids = false) {
+  const DTensor x =
+      ids ? cast(random_uniform({kBatch, kSeq}, input_layout(mesh, 2), 3, 0, kVocab), DType::kI32)
+          : random_uniform({kBatch, kSeq, kDim}, input_layout(mesh), 3, -1, 1);
   const DTensor y = random_uniform({kBatch, kSeq, kDim}, input_layout(mesh), 4, -1, 1);
   std::vector<DVariable> vars = model.variables();
   GradientTape tape;
@@ -147,30 +150,41 @@ class Block : public Layer {
   Dropout drop_;
 };
 
+// Two blocks, after an embedding of token ids with `embed`.
 class Tower : public Layer {
  public:
-  explicit Tower(const Mesh& mesh) : Layer("tower") {
+  explicit Tower(const Mesh& mesh, bool embed = false) : Layer("tower") {
     MirroredStrategy strategy = strategy_on(mesh);
     auto scope = strategy.scope();
+    if (embed) {
+      embed_.emplace(kVocab, kDim, "embed");
+      embed_->build(5);
+    }
     blocks_.emplace_back("block0", 11);
     blocks_.emplace_back("block1", 21);
   }
   const char* kind() const override { return "Tower"; }
-  std::vector<Layer*> sublayers() override { return {&blocks_[0], &blocks_[1]}; }
+  std::vector<Layer*> sublayers() override {
+    std::vector<Layer*> out;
+    if (embed_) out.push_back(&*embed_);
+    for (Block& b : blocks_) out.push_back(&b);
+    return out;
+  }
   std::vector<DVariable> variables() const override {
-    std::vector<DVariable> out;
+    std::vector<DVariable> out = embed_ ? embed_->variables() : std::vector<DVariable>{};
     for (const Block& b : blocks_) {
       for (const DVariable& v : b.variables()) out.push_back(v);
     }
     return out;
   }
   DTensor call(const DTensor& x, bool training) override {
-    DTensor h = x;
+    DTensor h = embed_ ? embed_->call(x, training) : x;
     for (Block& b : blocks_) h = b.call(h, training);
     return h;
   }
 
  private:
+  std::optional<Embedding> embed_;
   std::vector<Block> blocks_;
 };
 
@@ -239,6 +253,35 @@ TEST_CASE("sequence parallel blocks: an all-gather and a reduce-scatter each way
     CHECK(show(got.forward) == show(forward));
     CHECK(show(got.backward) == show(backward));
   }
+}
+
+TEST_CASE("a vocab-sharded embedding reduce-scatters onto the sequence-parallel blocks") {
+  Tower one(test_mesh({{"d", 1}}), /*embed=*/true);
+  const Result want = run_step(one, test_mesh({{"d", 1}}), /*ids=*/true);
+  ParallelizePlan plan = kSequenceParallel;
+  plan.emplace_back("embed", RowwiseParallel().output_layouts(Shard(1)));
+  for (const Mesh& mesh : meshes()) {
+    INFO(mesh.dims_string());
+    Tower model(mesh, /*embed=*/true);
+    parallelize(model, mesh, plan);
+    CHECK(model.variables()[0].layout().short_string() == "[model,unsharded]");
+    const Result got = run_step(model, mesh, /*ids=*/true);
+    check_close(got, want);
+    // The blocks' collectives, and the embedding's partial sum reduce-scattered (forward) and
+    // its gradient gathered back (backward). Nothing moves the ids or the table's gradient.
+    Counts forward = {{"all_gather@model", 2}, {"reduce_scatter@model", 3}};
+    Counts backward = {
+        {"all_gather@model", 3}, {"reduce_scatter@model", 2}, {"all_reduce@model", 6}};
+    if (mesh.has_dim("data")) backward["all_reduce@data"] = 13;
+    CHECK(show(got.forward) == show(forward));
+    CHECK(show(got.backward) == show(backward));
+  }
+  // The table split over the features instead: the same values.
+  const Mesh mesh = test_mesh({{"model", 4}});
+  Tower model(mesh, /*embed=*/true);
+  parallelize(model, mesh, {{"embed", ColwiseParallel()}});
+  CHECK(model.variables()[0].layout().short_string() == "[unsharded,model]");
+  check_close(run_step(model, mesh, /*ids=*/true), want);
 }
 
 TEST_CASE("output layouts: colwise gathered, rowwise left partial for its consumer") {
@@ -325,6 +368,12 @@ TEST_CASE("bad plans get exact errors and leave the model as it was") {
   Dense unbuilt(4, {}, "late");
   CHECK_THROWS_MATCHES(parallelize(unbuilt, mesh, RowwiseParallel()), InvalidArgumentError,
                        Message("[parallelize] RowwiseParallel() on Dense 'late': not built"));
+  Tower tower(mesh, /*embed=*/true);
+  CHECK_THROWS_MATCHES(parallelize(tower, mesh, {{"embed", SequenceParallel()}}),
+                       InvalidArgumentError,
+                       Message("[parallelize] SequenceParallel() on Embedding 'embed' (embeddings "
+                               "f32[11,8] [unsharded,unsharded]): Embedding takes ColwiseParallel "
+                               "or RowwiseParallel"));
   Dropout drop(0.5, 1, "drop");
   CHECK_THROWS_MATCHES(parallelize(drop, mesh, ColwiseParallel()), InvalidArgumentError,
                        Message("[parallelize] ColwiseParallel() on Dropout 'drop': Dropout takes "
