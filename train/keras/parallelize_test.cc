@@ -18,6 +18,7 @@
 #include "train/keras/layers.h"
 #include "train/keras/layout_map.h"
 #include "train/keras/strategy.h"
+#include "train/keras/test_problem.h"
 #include "train/optim/optimizers.h"
 
 using namespace dtensor;
@@ -477,4 +478,24 @@ TEST_CASE("a captured Adam step of styled layers replays the eager step's bits")
     const Tensor ga = to_global(a[k].value()), gb = to_global(b[k].value());
     CHECK(std::memcmp(ga.raw_data(), gb.raw_data(), ga.num_elements() * sizeof(float)) == 0);
   }
+}
+
+TEST_CASE("fit trains a model split per layer as it trains the replicated one") {
+  const Mesh mesh = test_mesh({{"data", 2}, {"model", 2}});
+  auto strategy = std::make_shared<MirroredStrategy>(mesh, "data");
+  testing::Problem plain(strategy), split(strategy);
+  parallelize(split.model, mesh, {{"dense_0", ColwiseParallel()}, {"dense_1", RowwiseParallel()}});
+  plain.trainer.fit(plain.train, testing::quiet(2));
+  split.trainer.fit(split.train, testing::quiet(2));
+  CHECK(split.model.variables()[0].layout().short_string() == "[unsharded,model]");
+  const std::vector<Tensor> want = plain.weights(), got = split.weights();
+  REQUIRE(got.size() == want.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    for (int64_t i = 0; i < want[k].num_elements(); ++i) {
+      INFO("weight " << k << " element " << i);
+      REQUIRE(got[k].data<float>()[i] == Approx(want[k].data<float>()[i]).margin(1e-5));
+    }
+  }
+  CHECK(split.trainer.evaluate(split.test).at("loss") ==
+        Approx(plain.trainer.evaluate(plain.test).at("loss")).margin(1e-5));
 }
