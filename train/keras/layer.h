@@ -6,7 +6,8 @@
 // which styles fit it and places its variables for one; its call() brings its input to the
 // style's layout (input()) and its output to the style's output layout (output()).
 //
-// Copies share variables (DVariables are handles) but not their style. Not thread-safe.
+// A copy shares the variables (DVariables are handles) and the style the layer has when copied;
+// placing one copy later replaces that copy's variables only. Not thread-safe.
 #pragma once
 
 #include <optional>

@@ -12,7 +12,8 @@ namespace dtensor::keras {
 
 namespace {
 
-// A new variable `path` of `initial`'s values in the layout the current LayoutMap gives it.
+// A new variable `path`, made by `make` in the layout the current LayoutMap gives it (replicated
+// without one): counter-based values are the same in every layout.
 DVariable make_variable(const std::string& path, const std::function<DTensor(const Layout&)>& make,
                         const Shape& shape) {
   return DVariable(make(variable_layout(path, shape, get_strategy().mesh())), path);

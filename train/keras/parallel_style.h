@@ -13,6 +13,9 @@
 //                      bias: replicated, added after the sum           all-reduced
 //   SequenceParallel   replicated                input Shard(1)      Shard(1)
 //
+// (A Dense's kernel and bias; an Embedding's table splits as a kernel [vocab, features] does,
+// its ids read whole; LayerNormalization and Dropout take SequenceParallel.)
+//
 // The input is relayouted to what the layer computes on; the output from what it computes to
 // `output_layouts` (Colwise with Replicate all-gathers; Rowwise with Shard(1) reduce-scatters
 // along the sequence; Rowwise with Partial leaves the sum pending for its consumer). Unlike
