@@ -330,6 +330,23 @@ TEST_CASE("reshape and transpose match one device") {
   }
 }
 
+// Regression: a sharded dim after unsharded size-1 dims ([1, H, D] -> [H, D], a weight's gradient
+// summed over the batch with keepdims) was gathered, then sliced again for its variable.
+TEST_CASE("reshape keeps a sharded dim across size-1 dims") {
+  const Mesh mesh = test_mesh({{"model", 4}});
+  Gen gen(9);
+  for (const Shape& shapes : std::vector<Shape>{{10, 8}, {1, 10, 8}, {1, 1, 10, 8}}) {
+    const Tensor x = gen.values({1, 10, 8}, -1, 1);
+    const DTensor dx = distribute(x, Layout({"unsharded", "model", "unsharded"}, mesh));
+    reset_collective_stats();
+    const DTensor y = reshape(dx, shapes);
+    CHECK(collective_stats().total() == 0);
+    CHECK(y.layout().spec(static_cast<int64_t>(shapes.size()) - 2) == "model");
+    check_close(to_global(y), x.reshaped(shapes), "reshape " + shape_to_string(shapes));
+    check_close(to_global(reshape(y, {1, 10, 8})), x, "reshape back");
+  }
+}
+
 TEST_CASE("concat, slice, gather and layer_norm match one device") {
   Gen gen(8);
   for (int c = 0; c < kCases; ++c) {

@@ -23,8 +23,8 @@ namespace {
 // A sharded dim keeps its sharding, on its group's first output dim, when it is its group's
 // first dim and either the group maps one dim to one of the same size, or both first sizes are
 // divisible by the shard count: then every shard is the same block of the group's elements
-// (heads split out of a sharded feature dim, a batch-sharded dim merged with the next). Other
-// sharded dims are gathered.
+// (heads split out of a sharded feature dim, a batch-sharded dim merged with the next). Unsharded
+// size-1 dims belong to no group. Other sharded dims are gathered.
 std::vector<std::string> reshaped_specs(const DTensor& x, const Shape& target) {
   std::vector<std::string> out(target.size(), Layout::kUnsharded);
   const Shape& from = x.shape();
@@ -34,6 +34,12 @@ std::vector<std::string> reshaped_specs(const DTensor& x, const Shape& target) {
   }
   size_t i = 0, j = 0;
   while (i < from.size() && j < target.size()) {
+    // Unsharded size-1 dims order no elements: they start no group, so that a sharded dim after
+    // them stays first in its own ([1, H, D] with H sharded to [H, D]: a weight's gradient summed
+    // over the batch with keepdims).
+    while (i < from.size() && from[i] == 1 && !x.layout().is_sharded(static_cast<int64_t>(i))) ++i;
+    while (j < target.size() && target[j] == 1 && (i == from.size() || from[i] != 1)) ++j;
+    if (i == from.size() || j == target.size()) break;
     const size_t i0 = i, j0 = j;
     int64_t px = from[i++], pt = target[j++];
     while (px != pt) {

@@ -37,8 +37,6 @@ constexpr int64_t kResidualBytes = kDevices * (kBatch / 2) * kSeq * kDim * kF32;
 constexpr int64_t kTokenBytes = kDevices * (kBatch / 2) * kSeq * kF32;
 // One norm gain's gradient, replicated: [D] on every device.
 constexpr int64_t kGainBytes = kDevices * kDim * kF32;
-// The rowwise weights' gradients (wo [D, D], w2 [H, D]) sharded over model=4, on every device.
-constexpr int64_t kRowwiseGradBytes = kDevices * (kDim * kDim + kHidden * kDim) / 4 * kF32;
 
 CollectiveSummary step_budget(const Mesh& mesh, const ParallelPlan& plan, int64_t layers) {
   TransformerConfig c;
@@ -134,10 +132,7 @@ TEST_CASE("tensor parallel: Megatron's all-reduces, plus the loss-parallel ones"
         // final gain; the loss's max, sum and picked logit, and the two of its softmax gradient.
         {CollectiveKind::kAllReduce, "model", 8 + 6 * L,
          L * (4 * kResidualBytes + 2 * kGainBytes) + 2 * kResidualBytes + kGainBytes +
-             5 * kTokenBytes},
-        // The rowwise weights' gradients come out whole (matmul's VJP picks the replicated
-        // layout): a known extra, two per layer.
-        {CollectiveKind::kAllGather, "model", 2 * L, L * kRowwiseGradBytes}};
+             5 * kTokenBytes}};
   });
 }
 
@@ -153,10 +148,9 @@ TEST_CASE("tensor + sequence parallel: all-gathers before colwise, reduce-scatte
             {CollectiveKind::kAllReduce, "model", 6 + 2 * L,
              (2 * L + 1) * kGainBytes + 5 * kTokenBytes},
             // Per layer: before attention and MLP (forward), the VJPs of the two
-            // reduce-scatters, the rowwise gradients; once: before the head, and the
-            // VJP of the embedding's reduce-scatter.
-            {CollectiveKind::kAllGather, "model", 2 + 6 * L,
-             L * (4 * sharded + kRowwiseGradBytes) + 2 * sharded},
+            // reduce-scatters; once: before the head, and the VJP of the embedding's
+            // reduce-scatter.
+            {CollectiveKind::kAllGather, "model", 2 + 4 * L, (4 * L + 2) * sharded},
             // Per layer: after attention and MLP, the VJPs of the two all-gathers; once:
             // the embedding and the head input's gradient.
             {CollectiveKind::kReduceScatter, "model", 2 + 4 * L, (4 * L + 2) * kResidualBytes}};
@@ -179,9 +173,8 @@ TEST_CASE("3-D: data=2, seq=2, model=2 with fully sharded weights") {
             // Pinned from the captured program (the sequence-sharded attention gathers its keys
             // and values over seq and the gradients come back over it; see docs/transformer.md).
             {CollectiveKind::kAllReduce, "model", 8 + 6 * L, 19200 + 33280 * L},
-            {CollectiveKind::kAllGather, "model", 2 * L, 12288 * L},
             {CollectiveKind::kAllReduce, "seq", 3 + 11 * L, 4352 + 23040 * L},
-            {CollectiveKind::kAllGather, "seq", 10 * L, 10240 * L},
+            {CollectiveKind::kAllGather, "seq", 2 * L, 8192 * L},
             {CollectiveKind::kReduceScatter, "seq", 13 * L, 90112 * L},
             {CollectiveKind::kAllToAll, "seq", L, 8192 * L}};
       });
