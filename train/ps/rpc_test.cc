@@ -159,13 +159,16 @@ TEST_CASE("shutdown_tasks reaches a task that starts serving while it asks") {
     std::this_thread::sleep_for(std::chrono::milliseconds(700));
     restarted = std::make_unique<TaskServer>("worker:0", worker, std::vector<grpc::Service*>{});
   });
+  // A timeout far above the start's 0.7 s, which a loaded host may stretch: what counts is that it
+  // returns once every task was told, well before the timeout.
+  const double timeout_s = 30;
   const Clock::time_point start = Clock::now();
-  shutdown_tasks(spec, "finished", /*timeout_s=*/5);
+  shutdown_tasks(spec, "finished", timeout_s);
   const double took = seconds_since(start);
   late.join();
   CHECK(ps_server.wait_for_shutdown(std::chrono::milliseconds(0)) == "finished");
   CHECK(restarted->wait_for_shutdown(std::chrono::milliseconds(1000)) == "finished");
-  CHECK(took < 5);
+  CHECK(took < timeout_s / 2);
 }
 
 TEST_CASE("shutdown_tasks gives up on a task gone for good after its timeout") {
@@ -174,5 +177,6 @@ TEST_CASE("shutdown_tasks gives up on a task gone for good after its timeout") {
   shutdown_tasks(spec, "finished", /*timeout_s=*/0.5);
   const double took = seconds_since(start);
   CHECK(took >= 0.5);
-  CHECK(took < 3);
+  // Bounded (each ask has a deadline within the timeout); not a measure of speed on a loaded host.
+  CHECK(took < 10);
 }
