@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One rank of a 2-process training job fails (an exception, exit() without finalising, SIGKILL,
 # or a normal return while the other still trains).
-# The whole job must end with a non-zero status within 10 seconds, the error printed, and no
-# process left behind.
+# The whole job must end with a non-zero status within 10 seconds of the failure (the failing
+# rank prints its time: the job's start-up, slow on a loaded host, is not counted), the error
+# printed, and no process left behind (waited for up to 5 s after the launcher returns).
 #   runtime_fault_test.sh <mpirun_test.sh> <fault_injection_main>
 set -uo pipefail
 launcher=$1
@@ -12,12 +13,13 @@ failures=0
 
 for mode in throw exit kill return; do
   log="$tmp/$mode.log"
-  start=$(date +%s%N)
   DTENSOR_MPI_TIMEOUT=60 "$launcher" 2 "$program" --mode="$mode" --fail_rank=1 --fail_step=3 \
     >"$log" 2>&1
   status=$?
-  elapsed_ms=$((($(date +%s%N) - start) / 1000000))
-  echo "mode=$mode status=$status elapsed_ms=$elapsed_ms"
+  ended=$(date +%s.%N)
+  failed_at=$(grep -a -m1 -o "failing at step 3 (${mode}) at [0-9.]*" "$log" | awk '{print $NF}')
+  elapsed_ms=$(awk -v a="${failed_at:-0}" -v b="$ended" 'BEGIN{printf "%d", (b - a) * 1000}')
+  echo "mode=$mode status=$status elapsed_ms=$elapsed_ms (from the failure to the job's end)"
   if [[ $status -eq 0 ]]; then
     echo "FAIL($mode): the job exited with status 0"; failures=$((failures + 1))
   fi
@@ -33,7 +35,10 @@ for mode in throw exit kill return; do
   if [[ $mode == return ]] && ! grep -q "process 0 of 2 (host $(hostname)): \[[a-z_]*\] process 1 has finished its program (its runtime shut down) while process 0 (this one) waits for it in " "$log"; then
     echo "FAIL(return): the waiting rank did not say that process 1 had finished"; failures=$((failures + 1))
   fi
-  sleep 0.5
+  for ((i = 0; i < 50; i++)); do
+    pgrep -f "$(basename "$program") --mode=$mode" >/dev/null || break
+    sleep 0.1
+  done
   if pgrep -f "$(basename "$program") --mode=$mode" >/dev/null; then
     echo "FAIL($mode): processes were left behind:"; pgrep -af "$(basename "$program")"
     failures=$((failures + 1))
