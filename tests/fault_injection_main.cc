@@ -2,6 +2,7 @@
 // (runtime_fault_test.sh): the job must end on every rank within seconds, with the error printed.
 //
 //   fault_injection_main --mode=throw|exit|kill|return --fail_rank=R --fail_step=S [--steps=N]
+//                        [--run_tag=T]   (ignored: lets the test find its own processes)
 #include <chrono>
 #include <csignal>
 #include <cstdio>

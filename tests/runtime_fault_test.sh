@@ -10,11 +10,14 @@ launcher=$1
 program=$2
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 failures=0
+# Marks this run's processes, so that the leftover check below does not see those of a copy of
+# this test running beside it (bazel test --runs_per_test).
+tag="runtime_fault_test_$$"
 
 for mode in throw exit kill return; do
   log="$tmp/$mode.log"
   DTENSOR_MPI_TIMEOUT=60 "$launcher" 2 "$program" --mode="$mode" --fail_rank=1 --fail_step=3 \
-    >"$log" 2>&1
+    --run_tag="$tag" >"$log" 2>&1
   status=$?
   ended=$(date +%s.%N)
   failed_at=$(grep -a -m1 -o "failing at step 3 (${mode}) at [0-9.]*" "$log" | awk '{print $NF}')
@@ -35,12 +38,13 @@ for mode in throw exit kill return; do
   if [[ $mode == return ]] && ! grep -q "process 0 of 2 (host $(hostname)): \[[a-z_]*\] process 1 has finished its program (its runtime shut down) while process 0 (this one) waits for it in " "$log"; then
     echo "FAIL(return): the waiting rank did not say that process 1 had finished"; failures=$((failures + 1))
   fi
+  left="--mode=$mode --fail_rank=1 --fail_step=3 --run_tag=$tag"
   for ((i = 0; i < 50; i++)); do
-    pgrep -f "$(basename "$program") --mode=$mode" >/dev/null || break
+    pgrep -f -- "$left" >/dev/null || break
     sleep 0.1
   done
-  if pgrep -f "$(basename "$program") --mode=$mode" >/dev/null; then
-    echo "FAIL($mode): processes were left behind:"; pgrep -af "$(basename "$program")"
+  if pgrep -f -- "$left" >/dev/null; then
+    echo "FAIL($mode): processes were left behind:"; pgrep -af -- "$left"
     failures=$((failures + 1))
   fi
   if ((failures > 0)); then echo "--- output ($mode) ---"; cat "$log"; fi
