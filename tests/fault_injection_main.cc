@@ -2,6 +2,8 @@
 // (runtime_fault_test.sh): the job must end on every rank within seconds, with the error printed.
 //
 //   fault_injection_main --mode=throw|exit|kill|return --fail_rank=R --fail_step=S [--steps=N]
+//                        [--run_tag=T]   (ignored: lets the test find its own processes)
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -41,9 +43,15 @@ int train(int argc, char** argv, const Runtime& rt) {
   SGD optimizer(0.01);
   for (int64_t step = 0; step < steps; ++step) {
     if (step == fail_step && rt.process_index() == fail_rank) {
-      std::fprintf(stderr, "process %lld: failing at step %lld (%s)\n",
+      // The time (seconds since the epoch), from which the test measures how long the job takes
+      // to end.
+      const double now = std::chrono::duration<double>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+      std::fprintf(stderr, "process %lld: failing at step %lld (%s) at %.3f\n",
                    static_cast<long long>(rt.process_index()), static_cast<long long>(step),
-                   mode.c_str());
+                   mode.c_str(), now);
+      std::fflush(stderr);
       if (mode == "exit") std::exit(3);
       if (mode == "kill") std::raise(SIGKILL);
       if (mode == "return") return 0;  // a normal end while the others still train

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Kills tasks of an asynchronous parameter-server job with SIGKILL and checks that it survives
-# or ends as docs/parameter_server.md promises:
+# or ends as docs/parameter_server.md promises
+# (fault_test.sh <ps_cluster.sh> <train> <mode> <check_sanitizer_logs.sh>):
 #   fault_test.sh <ps_cluster.sh> <train> workers   a worker killed at 3 different random steps
 #                                                   (restarted once, and told the job finished):
 #                                                   the job finishes and reaches >= 0.95 of the
@@ -18,19 +19,23 @@
 #                                                   reaches the accuracy and writes --metrics_out
 # Every job trains on Fashion-MNIST from the Debian package dataset-fashion-mnist (real data; the
 # test fails if it is missing), and every server must have applied each step of a run exactly
-# once, re-run steps included.
+# once, re-run steps included. No task's log of any job may hold a sanitizer report (under
+# --config=asan or tsan): check_sanitizer_logs.sh names the task and quotes the report.
 set -euo pipefail
 
-cluster=$1 train=$2 mode=$3
+cluster=$1 train=$2 mode=$3 check_logs=$4
 work=${TEST_TMPDIR:-$(mktemp -d)}/ps_fault_$mode
 rm -rf "$work"
 mkdir -p "$work"
 export PS_CLUSTER_TIMEOUT=120
 steps=300
 data_dir=${PS_FAULT_DATA_DIR:-/usr/share/datasets/fashion-mnist}
-common=(--steps=$steps --steps_per_epoch=10 --data_dir="$data_dir")
+# The chief waits for both workers before the first step (it stops waiting once they answer): a
+# loaded host may take more than the default 10 s to start a worker and load its data.
+common=(--steps=$steps --steps_per_epoch=10 --data_dir="$data_dir" --join_wait_s=60)
 
 fail() {
+  "$check_logs" "$work"/*/ >&2 || true
   echo "FAIL: $*" >&2
   for f in "$run"/*.log; do
     echo "== $f" >&2
@@ -39,15 +44,18 @@ fail() {
   exit 1
 }
 
-# Waits (at most 60 s) until the chief's log reports step >= $1.
+# Waits (at most 60 s) until the chief's log reports step >= $1. It logs every 10 steps, and an
+# unloaded host runs about 250 steps a second: poll often, and kill no later than step 200, so that
+# a kill lands while steps remain to be run (a worker killed after the last step is never missed).
 wait_for_step() {
-  local want=$1 i last
-  for ((i = 0; i < 600; i++)); do
+  local want=$1 end last
+  end=$(($(date +%s) + 60))
+  while (($(date +%s) < end)); do
     last=$(grep -o '^step [0-9]*' "$run/chief:0.log" 2>/dev/null | tail -n 1 | cut -d' ' -f2 || true)
     if [[ -n $last && $last -ge $want ]]; then return 0; fi
-    sleep 0.1
+    sleep 0.02
   done
-  fail "the chief never reached step $want"
+  fail "the chief never reached step $want in 60 s"
 }
 
 # Whether process $1 runs (a zombie, ended but not yet reaped by the launcher, does not).
@@ -122,7 +130,7 @@ case $mode in
     # waits (at most 30 s) for it to rejoin before ending, so "rejoined" does not race the end.
     kill_steps=()
     while [[ ${#kill_steps[@]} -lt 3 ]]; do
-      if [[ ${#kill_steps[@]} -eq 1 ]]; then k=$((20 + RANDOM % 130)); else k=$((20 + RANDOM % 240)); fi
+      if [[ ${#kill_steps[@]} -eq 1 ]]; then k=$((20 + RANDOM % 130)); else k=$((20 + RANDOM % 180)); fi
       [[ " ${kill_steps[*]} " == *" $k "* ]] || kill_steps+=("$k")
     done
     for round in 1 2 3; do
@@ -191,4 +199,8 @@ case $mode in
     exit 2
     ;;
 esac
+if ! "$check_logs" "$work"/*/; then
+  echo "FAIL: a task logged a sanitizer report" >&2
+  exit 1
+fi
 echo PASS

@@ -195,9 +195,17 @@ int train_sync(const Flags& f) {
   keras::Sequential model = make_model(f.seed);
   Adam optimizer(cosine_decay(f.lr, f.steps, f.lr_decay_alpha));
   data::Dataset data = train_dataset(f, examples, f.seed);
+  // The mean loss of every --steps_per_epoch steps, as the chief prints it.
+  double sum = 0;
   for (int64_t s = 0; s < f.steps; ++s) {
     Gradients g = gradients(model, *data.next());
     optimizer.apply(model.variables(), g.grads);
+    sum += g.loss;
+    if ((s + 1) % f.steps_per_epoch == 0 || s + 1 == f.steps) {
+      fmt::print("step {}/{} loss {:.4f}\n", s + 1, f.steps,
+                 sum / static_cast<double>(s % f.steps_per_epoch + 1));
+      sum = 0;
+    }
   }
   fmt::print("data: {}\nsync: {} steps of {} examples\ntest: accuracy {}\n", examples.description,
              f.steps, f.batch, test_accuracy(model, f, examples));

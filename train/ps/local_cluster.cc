@@ -11,39 +11,48 @@
 
 namespace dtensor::ps::testing {
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+ReservedPort::ReservedPort() {
+  fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int on = 1;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = 0;
   socklen_t len = sizeof(addr);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    if (fd >= 0) ::close(fd);
-    throw_error<IoError>("free_port", "cannot bind a socket on 127.0.0.1");
+  if (fd_ < 0 || ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) != 0 ||
+      ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd_ >= 0) ::close(fd_);
+    throw_error<IoError>("ReservedPort", "cannot bind a socket on 127.0.0.1");
   }
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  port_ = ntohs(addr.sin_port);
 }
+
+ReservedPort::~ReservedPort() { ::close(fd_); }
 
 LocalCluster::LocalCluster(int64_t num_workers, int64_t num_ps, const FunctionRegistry& registry)
     : registry_(registry) {
+  // A reserved port's address.
+  auto reserve = [&] {
+    ports_.push_back(std::make_unique<ReservedPort>());
+    return ports_.back()->address();
+  };
   nlohmann::json doc;
-  doc["cluster"]["chief"] = {"127.0.0.1:" + std::to_string(free_port())};
+  doc["cluster"]["chief"] = {reserve()};
   for (int64_t p = 0; p < num_ps; ++p) {
     ps_.push_back(std::make_unique<ParameterServerService>());
+    const std::string address = reserve();
     ps_servers_.push_back(std::make_unique<TaskServer>(
-        "ps:" + std::to_string(p), "127.0.0.1:0", std::vector<grpc::Service*>{ps_.back().get()}));
-    doc["cluster"]["ps"].push_back("127.0.0.1:" + std::to_string(ps_servers_.back()->port()));
+        "ps:" + std::to_string(p), address, std::vector<grpc::Service*>{ps_.back().get()}));
+    doc["cluster"]["ps"].push_back(address);
   }
   for (int64_t w = 0; w < num_workers; ++w) {
     workers_.push_back(std::make_unique<WorkerService>(registry_, /*rpc_timeout_s=*/5));
+    const std::string address = reserve();
     worker_servers_.push_back(
-        std::make_unique<TaskServer>("worker:" + std::to_string(w), "127.0.0.1:0",
+        std::make_unique<TaskServer>("worker:" + std::to_string(w), address,
                                      std::vector<grpc::Service*>{workers_.back().get()}));
-    doc["cluster"]["worker"].push_back("127.0.0.1:" +
-                                       std::to_string(worker_servers_.back()->port()));
+    doc["cluster"]["worker"].push_back(address);
   }
   doc["task"] = {{"type", "chief"}, {"index", 0}};
   spec_ = ClusterSpec::parse(doc.dump());
