@@ -9,7 +9,9 @@
 #
 # Environment: PEERS_VENV (venv with torch and numpy), PEERS_DIR (default ../shared/bench/peers),
 # OURS_BIN (default bazel-bin/bench/train_step), CPU_LOCK (default /tmp/cpu.lock),
-# PEER_ROUNDS (timed rounds inside each peer process, default 40).
+# PEER_ROUNDS (timed rounds inside each peer process, default 40), BASELINE_BIN (another build of
+# train_step, run right before ours each round, its lines tagged "baseline": a before/after
+# comparison in the same interleaved run).
 set -euo pipefail
 # The whole run holds the lock: re-run this script under it.
 if [ -z "${COMPARE_UNDER_LOCK:-}" ]; then
@@ -22,6 +24,9 @@ ours=${OURS_BIN:-bazel-bin/bench/train_step}
 out=$(mktemp)
 run_rounds() {
   for ((r = 1; r <= rounds; r++)); do
+    if [ -n "${BASELINE_BIN:-}" ]; then
+      "$BASELINE_BIN" --setup=batch=8 | sed "s/^{/{\"round\":$r,\"who\":\"baseline\",/"
+    fi
     "$ours" --setup=batch=8 | sed "s/^{/{\"round\":$r,\"who\":\"ours\",/"
     (cd "$peers" && "$py" torch2_mlp.py --threads 2 --rounds "${PEER_ROUNDS:-40}" \
       --variant eager_fused --variant bf16_fused --variant bf16_compile 2>/dev/null) |
@@ -36,8 +41,8 @@ groups = {}
 for d in rows:
     if d.get("bench") == "train_step_memory":
         continue
-    if d["who"] == "ours":
-        key, ms = f"ours {d['precision']} {d['mode']}", d["value"]
+    if d["who"] in ("ours", "baseline"):
+        key, ms = f"{d['who']} {d['precision']} {d['mode']}", d["value"]
     elif "median_ms" in d:
         key, ms = f"torch2 {d['variant']}", d["median_ms"]
     else:

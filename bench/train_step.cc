@@ -67,7 +67,8 @@ struct RuntimeStep {
 
 }  // namespace
 
-// With --setup, only that setup (for profiling): train_step --setup=batch=8, --setup=plain
+// With --setup, only that setup (for profiling): train_step --setup=batch=8, --setup=plain; with
+// --mode, only the eager or the captured step (perf record -e cpu-clock ... --mode=captured).
 int main(int argc, char** argv) {
   std::string only;
   dtensor::cli::Flags flags("train_step",
@@ -90,6 +91,16 @@ int main(int argc, char** argv) {
                                 ? ""
                                 : "unknown precision '" + p + "' (float32 or mixed_bfloat16)";
                    });
+  std::string mode;
+  flags.add_string("--mode", &mode, "time only this mode: eager or captured (default: both)",
+                   [](const std::string& m) -> std::string {
+                     return m == "eager" || m == "captured"
+                                ? ""
+                                : "unknown mode '" + m + "' (eager or captured)";
+                   });
+  int64_t rounds = 40;
+  flags.add_int("--rounds", &rounds, "timed rounds (default 40; more under a profiler)",
+                /*min=*/1, /*max=*/100000);
   if (std::optional<int> code = flags.parse(argc, argv)) return *code;
   // (mesh, mode, precision, step)
   struct Setup {
@@ -102,14 +113,18 @@ int main(int argc, char** argv) {
     for (const char* spec : {"batch=1", "batch=8", "batch=2,model=4"}) {
       if (!only.empty() && only != spec) continue;
       if (policy != Policy::float32() && std::string(spec) == "batch=2,model=4") continue;
-      auto eager = std::make_shared<RuntimeStep>(spec, policy);
-      steps.push_back({spec, "eager", policy.name(),
-                       [eager] { eager->loss_and_update(eager->x, eager->labels); }});
-      auto captured = std::make_shared<RuntimeStep>(spec, policy);
-      steps.push_back(
-          {spec, "captured", policy.name(), [captured] {
-             bench::do_not_optimize(captured->captured({captured->x, captured->labels}));
-           }});
+      if (mode != "captured") {
+        auto eager = std::make_shared<RuntimeStep>(spec, policy);
+        steps.push_back({spec, "eager", policy.name(),
+                         [eager] { eager->loss_and_update(eager->x, eager->labels); }});
+      }
+      if (mode != "eager") {
+        auto captured = std::make_shared<RuntimeStep>(spec, policy);
+        steps.push_back(
+            {spec, "captured", policy.name(), [captured] {
+               bench::do_not_optimize(captured->captured({captured->x, captured->labels}));
+             }});
+      }
     }
   }
   std::mt19937 rng(1);
@@ -118,13 +133,15 @@ int main(int argc, char** argv) {
   for (float& v : images) v = std::uniform_real_distribution<float>(0, 1)(rng);
   for (int32_t& v : labels) v = static_cast<int32_t>(rng() % 10);
   auto plain = std::make_shared<bench::PlainMlp>(std::vector<int>{784, 700, 500, 10}, 128);
-  if ((only.empty() || only == "plain") && (precision.empty() || precision == "float32")) {
+  if ((only.empty() || only == "plain") && (precision.empty() || precision == "float32") &&
+      mode.empty()) {
     steps.push_back(
         {"plain", "plain", "float32", [=] { plain->step(images.data(), labels.data()); }});
   }
-  constexpr int kWarmup = 2, kRounds = 40, kStepsPerTurn = 3;
+  constexpr int kWarmup = 2, kStepsPerTurn = 3;
+  const int timed_rounds = static_cast<int>(rounds);
   std::vector<std::vector<double>> times(steps.size());
-  for (int round = 0; round < kWarmup + kRounds; ++round) {
+  for (int round = 0; round < kWarmup + timed_rounds; ++round) {
     for (size_t s = 0; s < steps.size(); ++s) {
       for (int i = 1; i < kStepsPerTurn; ++i) steps[s].step();
       auto start = std::chrono::steady_clock::now();
@@ -135,13 +152,13 @@ int main(int argc, char** argv) {
   }
   for (size_t s = 0; s < steps.size(); ++s) {
     std::vector<double>& t = times[s];
-    std::nth_element(t.begin(), t.begin() + kRounds / 2, t.end());
+    std::nth_element(t.begin(), t.begin() + timed_rounds / 2, t.end());
     bench::report("train_step",
                   {{"mesh", steps[s].mesh},
                    {"mode", steps[s].mode},
                    {"precision", steps[s].precision},
                    {"batch", int64_t{128}}},
-                  t[kRounds / 2] * 1e3, "ms/step");
+                  t[timed_rounds / 2] * 1e3, "ms/step");
   }
   for (const Setup& setup : steps) {
     bench::report("train_step_memory",

@@ -4,6 +4,9 @@
 // ThreadPool::global(), the caller included. Rows first: a block of rows is a dense matrix, which
 // oneDNN runs on its brgemm kernels, where a block of columns (strided b and c) falls back to
 // gemm:jit (bf16 128x784x700 on two blocks: 147 -> 172 GFLOP/s per core, the seed step 4% faster).
+// A block of rows of a transposed-a product (the weight gradient) is strided and runs on
+// gemm:jit too; there gemm:jit matches brgemm, and copying the block dense for brgemm made the
+// seed step slower (docs/benchmarks.md, 2026-11-26).
 //
 // Why blocks and not the libraries' own threads: both oneDNN (OpenMP) and OpenBLAS (pthreads)
 // leave their idle threads spinning after a call (libgomp's wait policy; OpenBLAS's thread

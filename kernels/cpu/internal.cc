@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
+
+#include "runtime/vector_clones.h"
 
 namespace dtensor::kernels::cpu::internal {
 
@@ -35,23 +38,21 @@ Shape reduced_shape(const Shape& shape, int64_t axis, bool keepdims) {
   return out;
 }
 
-Tensor bf16_to_f32(const Tensor& x) {
-  Tensor out = Tensor::empty(x.shape(), DType::kF32, x.device());
-  const BFloat16* __restrict src = x.data<BFloat16>();
-  float* __restrict dst = out.data<float>();
-  const int64_t n = x.num_elements();
+namespace {
+
+// The two conversion loops, compiled for AVX-512 and AVX2 as well (runtime/vector_clones.h): the
+// casts of a mixed_bfloat16 step ran at SSE2 width (5.6% of the captured seed step on the AMD
+// EPYC host). Integer operations only, so every copy gives the same bits.
+DTENSOR_VECTOR_CLONES void widen_bf16(const BFloat16* __restrict src, float* __restrict dst,
+                                      int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     uint32_t u = static_cast<uint32_t>(src[i].bits) << 16;
     std::memcpy(&dst[i], &u, sizeof(u));
   }
-  return out;
 }
 
-Tensor f32_to_bf16(const Tensor& x) {
-  Tensor out = Tensor::empty(x.shape(), DType::kBF16, x.device());
-  const float* __restrict src = x.data<float>();
-  BFloat16* __restrict dst = out.data<BFloat16>();
-  const int64_t n = x.num_elements();
+DTENSOR_VECTOR_CLONES void round_to_bf16(const float* __restrict src, BFloat16* __restrict dst,
+                                         int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     // Same rounding as BFloat16(float), written branch-free so that the loop vectorizes.
     uint32_t u;
@@ -61,6 +62,19 @@ Tensor f32_to_bf16(const Tensor& x) {
     dst[i].bits =
         nan ? static_cast<uint16_t>((u >> 16) | 0x40u) : static_cast<uint16_t>(rounded >> 16);
   }
+}
+
+}  // namespace
+
+Tensor bf16_to_f32(const Tensor& x) {
+  Tensor out = Tensor::empty(x.shape(), DType::kF32, x.device());
+  widen_bf16(x.data<BFloat16>(), out.data<float>(), x.num_elements());
+  return out;
+}
+
+Tensor f32_to_bf16(const Tensor& x) {
+  Tensor out = Tensor::empty(x.shape(), DType::kBF16, x.device());
+  round_to_bf16(x.data<float>(), out.data<BFloat16>(), x.num_elements());
   return out;
 }
 
