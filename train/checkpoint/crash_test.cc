@@ -1,6 +1,7 @@
 // Crash safety: a process saving checkpoints in a loop is killed (SIGKILL) at random moments,
 // again and again; after every kill the latest checkpoint, and every other ckpt-<step> directory,
 // must be complete and restore bit-identically to the values of its step.
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -36,18 +37,34 @@ std::string saver_path() {
   return path.substr(0, path.rfind('/') + 1) + "crash_saver";
 }
 
-// Starts the saver (posix_spawn: no fork of this multi-threaded process), kills it with SIGKILL
-// after `delay`, and reaps it. Returns its wait status.
+// Starts the saver (posix_spawn: no fork of this multi-threaded process) with its stdout on a
+// pipe, waits (at most 30 s) for its ready byte, kills it with SIGKILL `delay` after that, and
+// reaps it. Returns its wait status.
 int run_and_kill(const std::string& saver, const std::string& dir,
                  std::chrono::microseconds delay) {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  posix_spawn_file_actions_t actions;
+  REQUIRE(::posix_spawn_file_actions_init(&actions) == 0);
+  REQUIRE(::posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO) == 0);
+  REQUIRE(::posix_spawn_file_actions_addclose(&actions, fds[0]) == 0);
   pid_t pid;
   std::string arg0 = saver, arg1 = dir;
   char* argv[] = {arg0.data(), arg1.data(), nullptr};
-  REQUIRE(::posix_spawn(&pid, saver.c_str(), nullptr, nullptr, argv, environ) == 0);
-  std::this_thread::sleep_for(delay);
+  const int spawned = ::posix_spawn(&pid, saver.c_str(), &actions, nullptr, argv, environ);
+  ::posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  if (spawned != 0) ::close(fds[0]);
+  REQUIRE(spawned == 0);
+  pollfd ready{fds[0], POLLIN, 0};
+  const int polled = ::poll(&ready, 1, 30000);
+  ::close(fds[0]);
+  if (polled == 1) std::this_thread::sleep_for(delay);
   ::kill(pid, SIGKILL);
   int status = 0;
   REQUIRE(::waitpid(pid, &status, 0) == pid);
+  INFO("the saver did not report ready within 30 s");
+  REQUIRE(polled == 1);
   return status;
 }
 
@@ -70,7 +87,8 @@ TEST_CASE("a saver killed at random moments never leaves a checkpoint that resto
     return (unfinished.size() >= 5 && last_step >= 5) || i >= 150 || elapsed > 20;
   };
   for (int i = 0; !enough(i); ++i) {
-    // Delays from 0 to 150 ms: before the first save, and anywhere inside later ones.
+    // Delays from 0 to 150 ms after the saver is ready: before or inside its first save, and
+    // anywhere inside later ones.
     const auto delay = std::chrono::microseconds(rng() % 150000);
     const int status = run_and_kill(saver, dir, delay);
     INFO("iteration " << i << ", killed after " << delay.count() << " us");
