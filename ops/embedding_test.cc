@@ -103,7 +103,8 @@ TEST_CASE("the vocab-parallel embedding gives one device's values on every layou
 
 TEST_CASE("a batch large enough to sum in eight chunks gives one device's gradient bits") {
   // 16 x 64 ids of a 64-wide table: 65536 elements of dy, eight chunks of two rows. Replicated
-  // ids fold their chunks in the kernel; batch-sharded ones through the chunked partial sum.
+  // ids fold their chunks in the kernel; batch-sharded ones too, once per partial group on the
+  // group's rows put together (Stacking::fold_chunks), bf16 through the chunked partial sum.
   const Mesh one = test_mesh({{"d", 1}});
   const Mesh mesh = test_mesh({{"data", 2}, {"model", 4}});
   const Tensor table = values({50, 64}, 6), tokens = ids({16, 64}, 50),
@@ -115,6 +116,25 @@ TEST_CASE("a batch large enough to sum in eight chunks gives one device's gradie
       INFO("ids on " << batch << ", vocab on " << vocab);
       const Result got = run(table, Layout({vocab, u}, mesh), tokens, Layout({batch, u}, mesh), dy);
       CHECK(bitwise_equal(got.y, want.y));
+      CHECK(bitwise_equal(got.grad, want.grad));
+    }
+  }
+}
+
+TEST_CASE("batch-sharded ids fold their chunks to one device's bits on uneven and 4-way splits") {
+  // 13 rows over data=4 (4, 4, 4, 1) and data=2 (7, 6) miss the chunk boundaries (chunks of 2);
+  // 16 rows fall on them. 80-wide dy: over 65536 elements, so eight chunks.
+  const Mesh one = test_mesh({{"d", 1}});
+  for (const int64_t batch : {13, 16}) {
+    const Tensor table = values({37, 80}, 8), tokens = ids({batch, 64}, 37),
+                 dy = values({batch, 64, 80}, 9);
+    const Result want =
+        run(table, Layout::replicated(one, 2), tokens, Layout::replicated(one, 2), dy);
+    for (const Mesh& mesh :
+         {test_mesh({{"data", 4}, {"model", 2}}), test_mesh({{"data", 2}, {"model", 3}})}) {
+      INFO("batch " << batch << ", mesh " << mesh.to_string());
+      const Result got =
+          run(table, Layout({"model", u}, mesh), tokens, Layout({"data", u}, mesh), dy);
       CHECK(bitwise_equal(got.grad, want.grad));
     }
   }

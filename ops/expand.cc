@@ -553,6 +553,49 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
     }
     g.parts.push_back(std::move(joined));
   }
+  // The holder of each group's sum gets it; the other members, shared zeros.
+  auto place_sums = [&] {
+    const auto& ids = mesh.local_device_ids();
+    shards.assign(num_local, Tensor());
+    for (const Group& g : groups) {
+      const size_t holder = g.terms.empty() ? g.members[0] : g.terms[0];
+      for (size_t m : g.members) {
+        const Device device{mesh.device_type(), ids[m]};
+        if (g.terms.empty() || (output_layout.is_partial() && m != holder)) {
+          shards[m] = Tensor::shared_zeros(output_layout.shard_shape(output_shape, ids[m]),
+                                           output_dtype, device);
+        } else {
+          shards[m] = g.sum.with_device(device);
+        }
+      }
+    }
+  };
+  // A kernel that folds its chunks itself: one call per group on its parts put together (whole
+  // chunks per term, or the terms already put together: the same chunks either way).
+  if (stacking.fold_chunks && !across_processes && mesh.device_type() == DeviceType::kCPU) {
+    std::vector<std::vector<Tensor>> args(groups.size());
+    bool joined = true;
+    for (size_t c = 0; c < groups.size() && joined; ++c) {
+      const Group& g = groups[c];
+      if (g.parts.size() == 1) args[c] = g.parts[0];
+      for (size_t k = 0; k < inputs.size() && g.parts.size() > 1 && joined; ++k) {
+        std::optional<Tensor> all = concat_shards(*inputs[k], g.terms, axes[k]);
+        joined = all.has_value();
+        if (joined) args[c].push_back(std::move(*all));
+      }
+    }
+    if (joined) {
+      run_calls(static_cast<int64_t>(groups.size()), work, [&](int64_t c) {
+        const std::vector<Tensor>& arg = args[static_cast<size_t>(c)];
+        if (arg.empty()) return;
+        std::vector<const Tensor*> ptrs;
+        for (const Tensor& t : arg) ptrs.push_back(&t);
+        groups[static_cast<size_t>(c)].sum = stacking.fold_chunks(Shards(ptrs.data()));
+      });
+      place_sums();
+      return true;
+    }
+  }
   // The chunks of every group, in order.
   std::vector<std::vector<Tensor>> chunk_args;
   std::vector<size_t> chunk_owner;  // the local member that gives each chunk
@@ -617,20 +660,7 @@ bool run_chunked_sum(const std::vector<const DTensor*>& inputs, const Stacking& 
     // On the holder's device (below): the first term's.
     g.sum = sum_in_order(parts, values[g.first_chunk].device());
   }
-  const auto& ids = mesh.local_device_ids();
-  shards.assign(num_local, Tensor());
-  for (const Group& g : groups) {
-    const size_t holder = g.terms.empty() ? g.members[0] : g.terms[0];
-    for (size_t m : g.members) {
-      const Device device{mesh.device_type(), ids[m]};
-      if (g.terms.empty() || (output_layout.is_partial() && m != holder)) {
-        shards[m] = Tensor::shared_zeros(output_layout.shard_shape(output_shape, ids[m]),
-                                         output_dtype, device);
-      } else {
-        shards[m] = g.sum.with_device(device);
-      }
-    }
-  }
+  place_sums();
   return true;
 }
 

@@ -56,6 +56,12 @@ struct Stacking {
   // their shards start on chunk boundaries (are put together first otherwise), so one device and
   // any in-process split of the axis compute the same bits: towers train exactly like one device.
   int64_t chunk_rows = 0;
+  // With chunk_rows: a kernel that sums the chunks itself, to the bits of the chunked sum (each
+  // chunk's value added in order in f64 from zero, rounded once, counting chunks from the start
+  // of its contraction axes). A group of in-process terms then runs it once on its inputs put
+  // together (CPU meshes; not across processes in the deterministic mode), instead of one
+  // output-sized value per chunk: an embedding's scatter-add touches few rows of its table.
+  LocalKernel fold_chunks;
   // The op, for errors (a string literal; op_internal's expand sets it).
   const char* op = "run_local";
 };

@@ -164,6 +164,13 @@ DTensor shard_scatter_add(const VocabGradPlan& v, const DTensor& g_in) {
     } else {
       stacking.contraction_axes = {0, 0, Stacking::kShared};
       stacking.chunk_rows = chunk;
+      // A group's chunks folded by one kernel call, as above: accumulators for the touched rows
+      // only, not one [V/k, D] value per chunk.
+      if (wide) {
+        stacking.fold_chunks = [chunk](const Shards& s) {
+          return kernels::scatter_add_shard_rows(s[0], s[1], s[2], chunk);
+        };
+      }
     }
   }
   return run_local(
