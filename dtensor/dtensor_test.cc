@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -222,13 +223,21 @@ TEST_CASE("DVariable::update_in_place writes only buffers no one else holds, ato
   std::atomic<int> torn{0};
   std::thread reader([&] {
     while (!done.load()) {
-      const Tensor t = to_global(v.value());
-      const float first = t.data<float>()[0];
-      for (int64_t i = 0; i < t.num_elements(); ++i) torn += t.data<float>()[i] != first ? 1 : 0;
+      {
+        const Tensor t = to_global(v.value());
+        const float first = t.data<float>()[0];
+        for (int64_t i = 0; i < t.num_elements(); ++i) torn += t.data<float>()[i] != first ? 1 : 0;
+      }
+      // A gap with nothing held, so that some updates can write in place.
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   });
+  // At least 2000 updates; more (for up to 20 s) until one of them found the buffers free, which
+  // on a loaded host can take longer than the first 2000.
   int in_place = 0;
-  for (int k = 1; k <= 2000; ++k) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (int k = 1; k <= 2000 || (in_place == 0 && std::chrono::steady_clock::now() < deadline);
+       ++k) {
     in_place += v.update_in_place([k](const std::vector<Tensor>& shards) {
       for (const Tensor& t : shards) {
         Tensor w = t;
