@@ -1,10 +1,11 @@
 // How to cut one stacked product of the seed step over the pool's threads. For the forward and
 // grad_x shapes at batch 128 (x [128,784] @ w1, h1 [128,700] @ w2, g2 [128,500] @ w2^T), oneDNN
-// called directly with single-threaded primitives, the blocks run on ThreadPool::global() as the
-// runtime runs them (kernels/cpu/gemm_blocks.h):
+// called directly with single-threaded primitives (but omp2), the blocks run on
+// ThreadPool::global() as the runtime runs them (kernels/cpu/gemm_blocks.h):
 //   whole      one call on the calling thread;
 //   rows       two blocks of 64 rows, each call packing the whole weight (the runtime's rule);
 //   columns    two blocks of columns (b and c strided), each packing half of the weight;
+//   dense_cols the same with b's half and c's block copied dense, so that brgemm takes them;
 //   packed     two blocks of rows reading one weight pre-packed in the primitive's own layout
 //              (format `any`; packing not timed: the bound for a weight copy kept packed);
 //   pack+rows  the same with the weight packed by a oneDNN reorder (one thread) before each call;
@@ -126,7 +127,36 @@ void measure(const Case& c, bool bf16, int rounds) {
     stream.wait();
   };
   pack_weight();
+  // Dense columns: each thread copies its half of b dense (b untransposed; a transposed b's half
+  // is a dense block of its rows already), runs into a dense [m, half] buffer and copies that
+  // into c's columns: brgemm on both, each packing half of b.
+  const int64_t widths[2] = {n0, n - n0};
+  Block dense_cols[2] = {
+      Block(m, n0, k, k, n0, matrix(k, n0, c.tb, c.tb ? k : n0, t), t),
+      Block(m, n - n0, k, k, n - n0, matrix(k, n - n0, c.tb, c.tb ? k : n - n0, t), t)};
+  std::vector<uint8_t> b_half[2] = {
+      std::vector<uint8_t>(static_cast<size_t>(k * n0) * esize),
+      std::vector<uint8_t>(static_cast<size_t>(k * (n - n0)) * esize)};
+  std::vector<float> c_half[2] = {std::vector<float>(static_cast<size_t>(m * n0)),
+                                  std::vector<float>(static_cast<size_t>(m * (n - n0)))};
   std::vector<float> out(static_cast<size_t>(m * n)), reference(out.size());
+  auto dense_columns = [&](int64_t i) {
+    const int64_t w = widths[i], first = i * n0;
+    const uint8_t* pb = i == 0 ? b.data() : b_right;
+    if (!c.tb) {
+      for (int64_t r = 0; r < k; ++r) {
+        std::memcpy(b_half[i].data() + static_cast<size_t>(r * w) * esize,
+                    b.data() + static_cast<size_t>(r * n + first) * esize,
+                    static_cast<size_t>(w) * esize);
+      }
+      pb = b_half[i].data();
+    }
+    dense_cols[i].run(a.data(), pb, c_half[i].data());
+    for (int64_t r = 0; r < m; ++r) {
+      std::memcpy(out.data() + r * n + first, c_half[i].data() + r * w,
+                  static_cast<size_t>(w) * sizeof(float));
+    }
+  };
   dtensor::ThreadPool& pool = dtensor::ThreadPool::global();
   auto by_rows = [&](Block* blocks, const void* pb) {
     pool.parallel_for(2, [&](int64_t i) {
@@ -153,6 +183,7 @@ void measure(const Case& c, bool bf16, int rounds) {
        },
        {},
        {}},
+      {"dense_cols", dense_cols[0].impl, [&] { pool.parallel_for(2, dense_columns); }, {}, {}},
       {"packed", packed[0].impl, [&] { by_rows(packed, pack.get_data_handle()); }, {}, {}},
       {"pack+rows",
        packed[0].impl,

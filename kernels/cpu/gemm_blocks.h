@@ -7,6 +7,10 @@
 // A block of rows of a transposed-a product (the weight gradient) is strided and runs on
 // gemm:jit too; there gemm:jit matches brgemm, and copying the block dense for brgemm made the
 // seed step slower (docs/benchmarks.md, 2026-11-26).
+// Also measured and not kept (bench/matmul_split, docs/benchmarks.md): blocks of columns copied
+// dense for brgemm (same bits, no faster), one oneDNN call on two OpenMP threads (same bf16 bits,
+// the seed step 35% slower: libgomp's spinning thread), and a weight packed for brgemm before
+// each product (oneDNN's reorder costs more than the packing it saves).
 //
 // Why blocks and not the libraries' own threads: both oneDNN (OpenMP) and OpenBLAS (pthreads)
 // leave their idle threads spinning after a call (libgomp's wait policy; OpenBLAS's thread
