@@ -15,6 +15,7 @@
 #include "tests/test_tensors.h"
 
 using namespace dtensor;
+using dtensor::testing::adjacent_views;
 using dtensor::testing::uniform_f32;
 
 namespace {
@@ -29,24 +30,17 @@ DTensor whole_on(const Tensor& global, int64_t n) {
   return distribute(global, Layout::replicated(batch_mesh(n), 2));
 }
 
-// True when the shards follow each other in one buffer, in device order.
-bool adjacent_in_order(const DTensor& x) {
-  std::vector<const Tensor*> parts;
-  for (const Tensor& t : x.shards()) parts.push_back(&t);
-  return Tensor::joined_view(parts, Device{}).has_value();
-}
-
 }  // namespace
 
 TEST_CASE("row-stacked products hand out views of one buffer with one device's bits") {
   const Tensor x = uniform_f32({128, 96}, 1), w1 = uniform_f32({96, 80}, 2);
   const Tensor w2 = uniform_f32({80, 48}, 3);
   const DTensor h8 = matmul(rows_on(x, 8), whole_on(w1, 8));
-  CHECK(adjacent_in_order(h8));
+  CHECK(adjacent_views(h8));
   for (const Tensor& t : h8.shards()) CHECK_FALSE(t.is_unique());
   // The second product reads h8's rows in place (joined) and its own result is views again.
   const DTensor y8 = matmul(h8, whole_on(w2, 8));
-  CHECK(adjacent_in_order(y8));
+  CHECK(adjacent_views(y8));
   const DTensor y1 = matmul(matmul(rows_on(x, 1), whole_on(w1, 1)), whole_on(w2, 1));
   CHECK(bitwise_equal(to_global(y8), to_global(y1)));
   // Each device's shard holds its own rows.
@@ -91,7 +85,7 @@ TEST_CASE("an in-place update never writes through a view that another value sti
   Tensor rows_of_device_0;
   {
     const DTensor r = matmul(rows_on(x, 8), whole_on(w, 8));  // views of one buffer
-    REQUIRE(adjacent_in_order(r));
+    REQUIRE(adjacent_views(r));
     v.emplace(r);
     // Another reader of the buffer: half of device 0's rows, cut again (a view of its parent).
     rows_of_device_0 = *r.shard(0).leading_view(0, 8);

@@ -176,8 +176,7 @@ std::optional<Tensor> Tensor::leading_view(int64_t begin, int64_t end) const {
   return Tensor(shape, dtype_, device_, std::move(view));
 }
 
-std::optional<Tensor> Tensor::joined_view(const std::vector<const Tensor*>& parts,
-                                          Device device) {
+std::optional<Tensor> Tensor::joined_view(const std::vector<const Tensor*>& parts, Device device) {
   if (parts.empty()) throw_error<ShapeError>("Tensor::joined_view", "no parts to join");
   const Tensor& first = *parts[0];
   if (first.rank() == 0 || !first.storage_->is_view()) return std::nullopt;
@@ -197,8 +196,8 @@ std::optional<Tensor> Tensor::joined_view(const std::vector<const Tensor*>& part
   }
   const char* start = static_cast<const char*>(first.raw_data());
   const auto offset = static_cast<size_t>(start - static_cast<const char*>(parent->data()));
-  auto view = std::shared_ptr<Storage>(
-      new Storage(parent, offset, static_cast<size_t>(next - start)));
+  auto view =
+      std::shared_ptr<Storage>(new Storage(parent, offset, static_cast<size_t>(next - start)));
   return Tensor(std::move(shape), first.dtype_, device, std::move(view));
 }
 

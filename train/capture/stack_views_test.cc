@@ -12,6 +12,7 @@
 #include "train/capture/function.h"
 
 using namespace dtensor;
+using dtensor::testing::adjacent_views;
 using dtensor::testing::deep_copy;
 using dtensor::testing::same_bits;
 
@@ -27,12 +28,6 @@ std::vector<DTensor> two_layers(const DVariable& w1, const DVariable& w2, const 
   const DTensor y = matmul(relu(h), w2.value());
   std::vector<DTensor> grads = tape.gradient(reduce_sum(square(y)), {w1, w2});
   return {h, y, add(y, y), grads[0], grads[1]};
-}
-
-bool adjacent_in_order(const DTensor& x) {
-  std::vector<const Tensor*> parts;
-  for (const Tensor& t : x.shards()) parts.push_back(&t);
-  return Tensor::joined_view(parts, Device{}).has_value();
 }
 
 }  // namespace
@@ -55,8 +50,8 @@ TEST_CASE("replays over view shards give eager's and one device's bits, earlier 
     const std::vector<DTensor> replayed = step({x});
     const std::vector<DTensor> one = two_layers(
         v1, v2, random_uniform({128, 64}, Layout::batch_sharded(m1, "batch", 2), seed, -1, 1));
-    CHECK(adjacent_in_order(replayed[0]));  // the products' shards are views of one buffer
-    CHECK(adjacent_in_order(replayed[1]));
+    CHECK(adjacent_views(replayed[0]));  // the products' shards are views of one buffer
+    CHECK(adjacent_views(replayed[1]));
     for (size_t k = 0; k < replayed.size(); ++k) {
       CAPTURE(k);
       CHECK(same_bits(eager[k], replayed[k]));
