@@ -28,9 +28,23 @@ int local_blas_threads() {
 
 namespace {
 
+// Rows [begin, end) of dim 0 of `t`: a view, or a copy where a view would be misaligned.
+Tensor leading_rows(const Tensor& t, int64_t begin, int64_t end) {
+  if (std::optional<Tensor> view = t.leading_view(begin, end)) return std::move(*view);
+  Shape shape = t.shape();
+  shape[0] = end - begin;
+  Tensor out = Tensor::empty(shape, t.dtype(), t.device());
+  std::vector<int64_t> from(shape.size(), 0);
+  from[0] = begin;
+  copy_box(t, from, out, std::vector<int64_t>(shape.size(), 0), shape);
+  return out;
+}
+
 // The shards of `input` on local devices `devices`, concatenated along `axis` into one tensor;
 // null when they do not all have that axis and equal other dims. A Stacking::kShared axis: the
-// first device's shard (an operand every device holds alike).
+// first device's shard (an operand every device holds alike). Shards of a CPU mesh that are
+// adjacent rows, in order, of one buffer (an earlier row-stacked call's result) are that
+// buffer's rows as they are, no copy.
 std::optional<Tensor> concat_shards(const DTensor& input, const std::vector<size_t>& devices,
                                     int64_t axis) {
   const Tensor& first = input.shard(devices[0]);
@@ -47,6 +61,11 @@ std::optional<Tensor> concat_shards(const DTensor& input, const std::vector<size
     for (size_t d = 0; d < other.size(); ++d) {
       if (static_cast<int64_t>(d) != axis && other[d] != shape[d]) return std::nullopt;
     }
+  }
+  if (axis == 0 && first.device().type == DeviceType::kCPU) {
+    std::vector<const Tensor*> parts;
+    for (size_t device : devices) parts.push_back(&input.shard(device));
+    if (std::optional<Tensor> joined = Tensor::joined_view(parts, first.device())) return joined;
   }
   Tensor out = Tensor::empty(shape, first.dtype(), first.device());
   std::vector<int64_t> at(shape.size(), 0);
@@ -168,13 +187,20 @@ bool run_row_stacked(const std::vector<const DTensor*>& inputs, size_t s,
       throw_error<InternalError>("run_local", "a row-stacked kernel returned {} for {} rows",
                                  all.to_string(), stacked->dim(0));
     }
-    int64_t row = 0;  // each block's rows of `all`, copied by the device-neutral block copy
+    // Each block's rows of `all`: on CPU meshes a view of them (a copy where a view would start
+    // misaligned); views are never unique, so no copy-on-write writer ever writes through one
+    // while other devices read the buffer. GPU meshes copy each block to its own device.
+    int64_t row = 0;
     for (size_t b : blocks) {
       const Tensor& rows = stacked_input.shard(first_device[b]);
-      Tensor part = Tensor::empty({rows.dim(0), all.dim(1)}, all.dtype(), rows.device());
-      copy_box(all, {row, 0}, part, {0, 0}, part.shape());
+      if (on_cpu) {
+        results[b] = leading_rows(all, row, row + rows.dim(0)).with_device(rows.device());
+      } else {
+        Tensor part = Tensor::empty({rows.dim(0), all.dim(1)}, all.dtype(), rows.device());
+        copy_box(all, {row, 0}, part, {0, 0}, part.shape());
+        results[b] = std::move(part);
+      }
       row += rows.dim(0);
-      results[b] = std::move(part);
     }
   }
   for (size_t c = 0; c < first_device.size(); ++c) {
@@ -287,18 +313,6 @@ class BlasThreadsScope {
  private:
   int saved_;
 };
-
-// Rows [begin, end) of dim 0 of `t`: a view, or a copy where a view would be misaligned.
-Tensor leading_rows(const Tensor& t, int64_t begin, int64_t end) {
-  if (std::optional<Tensor> view = t.leading_view(begin, end)) return std::move(*view);
-  Shape shape = t.shape();
-  shape[0] = end - begin;
-  Tensor out = Tensor::empty(shape, t.dtype(), t.device());
-  std::vector<int64_t> from(shape.size(), 0);
-  from[0] = begin;
-  copy_box(t, from, out, std::vector<int64_t>(shape.size(), 0), shape);
-  return out;
-}
 
 // Entries [begin, end) of `t` along `axis`: leading_rows for axis 0, else a copy.
 Tensor axis_slice(const Tensor& t, int64_t axis, int64_t begin, int64_t end) {

@@ -32,21 +32,26 @@ struct Stacking {
   // row r (matmul's left operand: the contraction is per row). When the other inputs are the
   // same buffers on every device (a replicated weight), the devices' rows are stacked into one
   // kernel call and the result split back by rows: one call on all threads instead of one per
-  // device, and the shared operand prepared (BLAS packing) once. Devices whose rows are the same
-  // logical shard (replicas, even in distinct buffers) are stacked once and share the result:
-  // a BLAS gives a row bits that depend on its position in the call, and replicas must hold
-  // identical bits.
+  // device, and the shared operand prepared (BLAS packing) once. On CPU meshes neither step
+  // copies where it need not: each device's rows of the result are a view of it
+  // (Tensor::leading_view; a copy where a view would start misaligned), and input shards that are
+  // such views, adjacent and in order, are stacked as they lie (Tensor::joined_view). Views are
+  // never unique, so no in-place writer changes rows another device reads. Devices whose rows
+  // are the same logical shard (replicas, even in distinct buffers) are stacked once and share
+  // the result: a BLAS gives a row bits that depend on its position in the call, and replicas
+  // must hold identical bits.
   int rows_of = -1;
   // Non-empty: input k's axis contraction_axes[k] is one the kernel sums over (matmul's K: aᵀb
   // sums over dim 0 of both, ab over dim 1 of a and dim 0 of b), so its value on inputs
   // concatenated along those axes is the sum of its values on the parts. When the output is a
   // partial sum, the local devices of each partial group (those differing only along the partial
-  // mesh dims) then run as one call on their concatenated inputs, which adds their terms inside
-  // the kernel: the first member's shard holds the group's sum and the others hold shared zeros
-  // (Tensor::shared_zeros), which reductions skip. The later all-reduce across the group only
-  // moves the one sum; a group that spans processes sends one term per process.
-  // An axis of kShared (not the first input's): an operand that every device of a partial group
-  // holds alike (a table shard's row range), handed whole to every call.
+  // mesh dims) then run as one call on their concatenated inputs (adjacent views along axis 0
+  // as they lie, see rows_of), which adds their terms inside the kernel: the first member's shard
+  // holds the group's sum and the others hold shared zeros (Tensor::shared_zeros), which reductions
+  // skip. The later all-reduce across the group only moves the one sum; a group that spans
+  // processes sends one term per process. An axis of kShared (not the first input's): an operand
+  // that every device of a partial group holds alike (a table shard's row range), handed whole to
+  // every call.
   std::vector<int64_t> contraction_axes;
   static constexpr int64_t kShared = -1;
   // > 0, with a floating output: the sum is batch-invariant. The kernel runs on chunks of this

@@ -31,12 +31,21 @@ Storage::Storage(size_t nbytes, ZeroPages) : nbytes_(nbytes), shared_zeros_(true
   if (data_ == MAP_FAILED) throw std::bad_alloc();
 }
 
+std::shared_ptr<Storage> Storage::root_of(std::shared_ptr<Storage> storage, size_t& offset) {
+  while (storage->parent_) {
+    offset += static_cast<size_t>(static_cast<const char*>(storage->data_) -
+                                  static_cast<const char*>(storage->parent_->data_));
+    storage = storage->parent_;
+  }
+  return storage;
+}
+
 Storage::Storage(std::shared_ptr<Storage> parent, size_t offset, size_t nbytes)
-    : data_(static_cast<char*>(parent->data_) + offset),
-      nbytes_(nbytes),
-      device_(parent->device_),
-      space_(parent->space_),
-      parent_(std::move(parent)) {}
+    : nbytes_(nbytes), parent_(root_of(std::move(parent), offset)) {
+  data_ = static_cast<char*>(parent_->data_) + offset;
+  device_ = parent_->device_;
+  space_ = parent_->space_;
+}
 
 Storage::~Storage() {
   if (parent_) return;  // the parent owns the bytes
@@ -165,6 +174,31 @@ std::optional<Tensor> Tensor::leading_view(int64_t begin, int64_t end) const {
   auto view = std::shared_ptr<Storage>(
       new Storage(storage_, offset, static_cast<size_t>(end - begin) * row_bytes));
   return Tensor(shape, dtype_, device_, std::move(view));
+}
+
+std::optional<Tensor> Tensor::joined_view(const std::vector<const Tensor*>& parts, Device device) {
+  if (parts.empty()) throw_error<ShapeError>("Tensor::joined_view", "no parts to join");
+  const Tensor& first = *parts[0];
+  if (first.rank() == 0 || !first.storage_->is_view()) return std::nullopt;
+  const std::shared_ptr<Storage>& parent = first.storage_->parent_;
+  Shape shape = first.shape_;
+  shape[0] = 0;
+  const char* next = static_cast<const char*>(first.raw_data());
+  for (const Tensor* part : parts) {
+    if (!part->storage_->is_view() || part->storage_->parent_ != parent ||
+        part->dtype_ != first.dtype_ || part->rank() != first.rank() ||
+        !std::equal(part->shape_.begin() + 1, part->shape_.end(), first.shape_.begin() + 1) ||
+        static_cast<const char*>(part->raw_data()) != next) {
+      return std::nullopt;
+    }
+    next += part->nbytes();
+    shape[0] += part->shape_[0];
+  }
+  const char* start = static_cast<const char*>(first.raw_data());
+  const auto offset = static_cast<size_t>(start - static_cast<const char*>(parent->data()));
+  auto view =
+      std::shared_ptr<Storage>(new Storage(parent, offset, static_cast<size_t>(next - start)));
+  return Tensor(std::move(shape), first.dtype_, device, std::move(view));
 }
 
 std::string Tensor::to_string() const {

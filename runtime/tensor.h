@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/allocator.h"
 #include "runtime/device.h"
@@ -48,8 +49,11 @@ class Storage {
   struct ZeroPages {};
   // Read-only zeros from anonymous memory: pages that are only read take no physical memory.
   Storage(size_t nbytes, ZeroPages);
-  // `nbytes` at byte `offset` of `parent`, which owns them.
+  // `nbytes` at byte `offset` of `parent`, which owns them (or of its own parent, for a view).
   Storage(std::shared_ptr<Storage> parent, size_t offset, size_t nbytes);
+  // The storage that owns the bytes of `storage` (itself unless a view), `offset` moved to it:
+  // views cut from views share the first parent, so that joined_view can put them together.
+  static std::shared_ptr<Storage> root_of(std::shared_ptr<Storage> storage, size_t& offset);
 
   void* data_;
   size_t nbytes_;
@@ -113,8 +117,14 @@ class Tensor {
   Tensor reshaped(const Shape& shape) const;
   // Elements [begin, end) of dim 0 (rank >= 1) as a tensor reading this one's bytes, no copy;
   // null when they would not start 64-byte aligned (the alignment every Storage promises).
-  // Meant for reading: a view is never unique, so copy-on-write code leaves it alone.
+  // Meant for reading: a view is never unique, so copy-on-write code leaves it alone. A view of
+  // a view reads (and keeps alive) the first one's parent.
   std::optional<Tensor> leading_view(int64_t begin, int64_t end) const;
+  // `parts` put together along dim 0 as one tensor of `device` that reads their bytes, no copy:
+  // when they are views (leading_view) of one storage that follow each other in memory in the
+  // order given, with one dtype and equal dims but the first; null otherwise (a copy is then the
+  // caller's to make). The result is a view like the parts. Throws ShapeError for no parts.
+  static std::optional<Tensor> joined_view(const std::vector<const Tensor*>& parts, Device device);
   // True if no other Tensor shares this storage (a view shares its parent's).
   bool is_unique() const { return storage_.use_count() == 1 && !storage_->is_view(); }
   // How many handles share this storage, this one included (a view of it counts once).

@@ -105,6 +105,62 @@ TEST_CASE("leading_view reads rows in place, aligned, never unique, and outlives
       Catch::Message("[Tensor::leading_view] rows [0, 0) are outside f32[]@CPU:0"));
 }
 
+TEST_CASE("views of views share the first parent, which keeps the bytes alive") {
+  Tensor t = Tensor::empty({8, 16}, DType::kF32);
+  for (int64_t i = 0; i < t.num_elements(); ++i) t.data<float>()[i] = static_cast<float>(i);
+  Tensor rows = *t.leading_view(2, 6);
+  Tensor inner = *rows.leading_view(1, 3);  // rows 3 and 4 of t
+  CHECK(inner.raw_data() == static_cast<char*>(t.raw_data()) + 3 * 64);
+  rows = Tensor();
+  t = Tensor();
+  CHECK(inner.data<float>()[0] == 48.0f);
+  CHECK(inner.data<float>()[31] == 79.0f);
+  CHECK_FALSE(inner.is_unique());
+  CHECK(inner.holders() == -1);
+}
+
+TEST_CASE("joined_view puts adjacent views of one buffer back together, in order only") {
+  Tensor t = Tensor::empty({8, 16}, DType::kF32);
+  for (int64_t i = 0; i < t.num_elements(); ++i) t.data<float>()[i] = static_cast<float>(i);
+  const Tensor a = *t.leading_view(0, 2), b = *t.leading_view(2, 3), c = *t.leading_view(3, 8);
+  const Tensor empty = *t.leading_view(3, 3);
+  const Device cpu3{DeviceType::kCPU, 3};
+  std::optional<Tensor> all = Tensor::joined_view({&a, &b, &empty, &c}, cpu3);
+  REQUIRE(all.has_value());
+  CHECK(all->shape() == Shape{8, 16});
+  CHECK(all->device() == cpu3);
+  CHECK(all->raw_data() == t.raw_data());
+  CHECK(bitwise_equal(*all, t));
+  CHECK_FALSE(all->is_unique());  // a view: copy-on-write code must not write through it
+  CHECK_FALSE(all->shares_storage_with(t));
+  std::optional<Tensor> tail = Tensor::joined_view({&b, &c}, Device{});
+  REQUIRE(tail.has_value());
+  CHECK(tail->shape() == Shape{6, 16});
+  CHECK(tail->data<float>()[0] == 32.0f);
+  // Joined from views of views (rows 2..6 of t, then rows 6..8).
+  const Tensor mid = *t.leading_view(2, 6);
+  const Tensor mid_rows = *mid.leading_view(0, 4), last = *t.leading_view(6, 8);
+  CHECK(Tensor::joined_view({&mid_rows, &last}, Device{}).has_value());
+  // Out of order, with a gap, of other buffers, other dtypes or dims, or not views: no view.
+  CHECK_FALSE(Tensor::joined_view({&b, &a, &c}, Device{}).has_value());
+  CHECK_FALSE(Tensor::joined_view({&a, &c}, Device{}).has_value());
+  Tensor other = Tensor::empty({8, 16}, DType::kF32);
+  const Tensor foreign = *other.leading_view(2, 3);
+  CHECK_FALSE(Tensor::joined_view({&a, &foreign}, Device{}).has_value());
+  const Tensor narrow = b.reshaped({2, 8});
+  CHECK_FALSE(Tensor::joined_view({&a, &narrow}, Device{}).has_value());
+  CHECK_FALSE(Tensor::joined_view({&t}, Device{}).has_value());
+  const Tensor scalar = Tensor::zeros({}, DType::kF32);
+  CHECK_FALSE(Tensor::joined_view({&scalar}, Device{}).has_value());
+  CHECK_THROWS_MATCHES(Tensor::joined_view({}, Device{}), ShapeError,
+                       Catch::Message("[Tensor::joined_view] no parts to join"));
+  // The joined view keeps the buffer alive after every other handle is gone.
+  t = Tensor();
+  std::optional<Tensor> kept = Tensor::joined_view({&b, &c}, Device{});
+  REQUIRE(kept.has_value());
+  CHECK(kept->data<float>()[16 * 6 - 1] == 127.0f);
+}
+
 TEST_CASE("negative dims are rejected") {
   CHECK_THROWS_MATCHES(Tensor::empty({2, -1}, DType::kF32), ShapeError,
                        Catch::Message("[Tensor::empty] negative dim in shape [2,-1]"));

@@ -142,4 +142,10 @@ std::vector<double> global_values(const DTensor& x) {
   return out;
 }
 
+bool adjacent_views(const DTensor& x) {
+  std::vector<const Tensor*> parts;
+  for (const Tensor& t : x.shards()) parts.push_back(&t);
+  return !parts.empty() && Tensor::joined_view(parts, Device{}).has_value();
+}
+
 }  // namespace dtensor::testing

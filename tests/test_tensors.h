@@ -30,4 +30,8 @@ std::vector<double> global_values(const DTensor& x);
 // A copy of every local shard (to check later that a value was not overwritten in place).
 DTensor deep_copy(const DTensor& x);
 
+// True when the local shards are views that follow each other, in local order, in one buffer
+// (Tensor::joined_view): a row-stacked product's result on a CPU mesh.
+bool adjacent_views(const DTensor& x);
+
 }  // namespace dtensor::testing
