@@ -154,6 +154,12 @@ size_t Program::num_fused_calls() const {
   return n;
 }
 
+size_t Program::num_fused_results() const {
+  size_t n = 0;
+  for (const Segment& s : segments_) n += s.num_results();
+  return n;
+}
+
 const DTensor& Program::value_for(const Call& call, size_t k, std::optional<DTensor>& scratch) {
   const Slot& slot = slots_[static_cast<size_t>(call.inputs[k])];
   const std::optional<ValueMeta>& meta = call.rewrap[k];

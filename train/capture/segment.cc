@@ -80,10 +80,12 @@ void Segment::build(const std::vector<Call>& calls, const std::vector<bool>& lat
   for (size_t i = 0; i < calls.size(); ++i) {
     const Call& c = calls[i];
     const ElementwiseCall& e = *c.elementwise;
-    Op op{e.kind == ElementwiseNote::Kind::kUnary,
+    Op op{e.kind,
           e.op,
           e.dtype,
+          e.out_dtype,
           static_cast<uint32_t>(dtype_size(e.dtype)),
+          static_cast<uint32_t>(dtype_size(e.out_dtype)),
           e.arity,
           {},
           {}};
@@ -250,7 +252,7 @@ void Segment::run_device(size_t d) {
     const int64_t n = std::min(block, n_all - b);
     for (size_t o = 0; o < ops_.size(); ++o) {
       const Op& op = ops_[o];
-      const size_t es = op.element_size;
+      const size_t es = op.in_size;
       // The operand's elements for block-local position r (see ElementwiseOperand).
       auto operand = [&](int k, int64_t r) -> const unsigned char* {
         const Source& src = op.in[k];
@@ -275,10 +277,14 @@ void Segment::run_device(size_t d) {
       unsigned char* out = op.out.kind == Source::Kind::kRegister
                                ? registers + static_cast<size_t>(op.out.index) * register_bytes
                                : written[static_cast<size_t>(op.out.index) * devices_ + d] +
-                                     static_cast<size_t>(b) * es;
-      if (op.unary) {
+                                     static_cast<size_t>(b) * op.out_size;
+      if (op.kind == ElementwiseNote::Kind::kUnary) {
         kernels::cpu::unary_into(static_cast<kernels::UnaryOp>(op.op), op.dtype, operand(0, 0), out,
                                  n);
+        continue;
+      }
+      if (op.kind == ElementwiseNote::Kind::kCast) {
+        kernels::cpu::cast_into(op.dtype, op.out_dtype, operand(0, 0), out, n);
         continue;
       }
       const ElementwiseOperand* modes = &operands_[(o * devices_ + d) * 2];
@@ -292,7 +298,7 @@ void Segment::run_device(size_t d) {
       for (int64_t r = 0; r < n; r += run) {
         kernels::cpu::binary_into(static_cast<kernels::BinaryOp>(op.op), op.dtype, operand(0, r),
                                   a_repeats, operand(1, r), b_repeats,
-                                  out + static_cast<size_t>(r) * es, run);
+                                  out + static_cast<size_t>(r) * op.out_size, run);
       }
     }
   }
