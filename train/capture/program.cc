@@ -64,6 +64,11 @@ void Program::finish(int num_arguments, std::vector<int> outputs,
   if (ReplayProfile::enabled_by_environment()) {
     std::vector<std::string> labels;
     for (const Call& call : calls_) labels.push_back(call.label.empty() ? call.op : call.label);
+    // A segment's time goes to its first call: label it as the whole segment.
+    for (size_t g = 0; g < segments_.size(); ++g) {
+      std::string& label = labels[segment_first_call_[g]];
+      label = "segment of " + std::to_string(segments_[g].num_calls()) + " from " + label;
+    }
     profile_.start(labels);
   }
 }
