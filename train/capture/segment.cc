@@ -14,9 +14,11 @@ namespace {
 // Elements per block: a few values of this many 8-byte elements stay in the L1/L2 caches.
 constexpr int64_t kBlockElements = 2048;
 constexpr size_t kMaxElementSize = 8;
-// Per computation, below this many element operations the pool costs more than it saves (the
-// threshold of run_local, ops/expand.cc).
-constexpr double kParallelWork = 2e5;
+// Below this many element operations in all (every computing device's together) the pool costs
+// more than it saves. run_local's threshold is per computation (2e5, ops/expand.cc, which also
+// shares out BLAS threads); applied per device here it left the seed step's relu-grad segments
+// (8 devices x 11,200 elements x 3 ops) and its input cast on one of the two cores.
+constexpr double kParallelWork = 1e5;
 
 }  // namespace
 
@@ -203,8 +205,8 @@ void Segment::run(std::vector<Slot>& slots) {
   }
   // As run_local does: computations big enough to pay for waking the pool run on it.
   const int64_t groups = static_cast<int64_t>(first_of_group_.size());
-  const double work =
-      static_cast<double>(elements_[first_of_group_[0]]) * static_cast<double>(ops_.size());
+  const double work = static_cast<double>(elements_[first_of_group_[0]]) *
+                      static_cast<double>(ops_.size()) * static_cast<double>(groups);
   if (groups > 1 && work >= kParallelWork && !ThreadPool::in_worker()) {
     ThreadPool::global().parallel_for(
         groups, [this](int64_t g) { run_device(first_of_group_[static_cast<size_t>(g)]); });
