@@ -1,8 +1,9 @@
 // The elementwise glue of the mixed_bfloat16 seed step, alone: captured steps that replay the
-// step's f32 -> bf16 casts (of the input batch, of an activation) and its relu-grad chain with
-// and without the cast that follows it, at the seed MLP's shapes (batch 128; 784 and 700
-// features) on batch=8 (8 shards of 16 rows) and batch=1 (one shard). The setups take turns
-// within each round; each figure is the median over rounds of the mean replay time.
+// step's f32 -> bf16 casts (of the input batch, of an activation) and its relu-grad chain alone,
+// ending in the cast (one fused segment), and with the cast kept apart, at the seed MLP's shapes
+// (batch 128; 784 and 700 features) on batch=8 (8 shards of 16 rows) and batch=1 (one shard). The
+// setups take turns within each round; each figure is the median over rounds of the mean replay
+// time.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -70,6 +71,14 @@ int main(int argc, char** argv) {
           return std::vector<DTensor>{gz, cast(gz, DType::kBF16)};
         },
         {g, y});
+    // The same with the cast in a segment of its own: a scale of a scalar (never fused) between.
+    add("relu_grad_then_cast",
+        [](const std::vector<DTensor>& a) {
+          DTensor gz = mul(a[0], relu(a[1]));
+          DTensor apart = scale(a[2], 2.0);
+          return std::vector<DTensor>{gz, cast(gz, DType::kBF16), apart};
+        },
+        {g, y, fill({}, Layout::replicated(mesh, 0), 1.0)});
   }
   for (Setup& s : setups) s.step(s.arguments);  // traces
   for (int64_t r = 0; r < rounds; ++r) {
