@@ -1,11 +1,11 @@
 // ElementwiseNotes: how a recorder learns the structure of the elementwise kernel calls a traced
 // step makes, so that a replay can fuse them (train/capture/program.h). Not a hook on the step:
 // the recorder takes the step's work through dtensor/step_observer.h; this is only a sink for what
-// the kernels below it describe. While at least one sink is registered, the CPU unary and binary
-// kernels describe each call they complete (the op, the dtype, the input and output buffers); a
-// recorder matches the notes to its call by the output buffers, which are fresh, so notes from
-// other threads (pool workers running the traced call, or unrelated work) never mismatch. With no
-// sink registered a kernel pays one relaxed load.
+// the kernels below it describe. While at least one sink is registered, the CPU unary, binary and
+// f32 <-> bf16 cast kernels describe each call they complete (the op, the dtype, the input and
+// output buffers); a recorder matches the notes to its call by the output buffers, which are fresh,
+// so notes from other threads (pool workers running the traced call, or unrelated work) never
+// mismatch. With no sink registered a kernel pays one relaxed load.
 //
 // Thread-safety: note() and the registration lock one mutex; a sink is read by its owner only
 // after the call it traced returned.
@@ -21,10 +21,10 @@
 namespace dtensor {
 
 struct ElementwiseNote {
-  enum class Kind : uint8_t { kUnary, kBinary };
+  enum class Kind : uint8_t { kUnary, kBinary, kCast };
   Kind kind;
-  int op;  // kernels::UnaryOp or kernels::BinaryOp
-  DType dtype;
+  int op;       // kernels::UnaryOp, kernels::BinaryOp, or (kCast) the result's DType
+  DType dtype;  // the inputs' (kCast: the source dtype)
   const void* inputs[2];
   const void* output;
 };

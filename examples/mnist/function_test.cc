@@ -18,6 +18,7 @@
 #include "examples/mnist/model.h"
 #include "ops/autograd.h"
 #include "ops/ops.h"
+#include "ops/precision.h"
 #include "runtime/process.h"
 #include "tests/layout_enumeration.h"
 #include "tests/test_tensors.h"
@@ -102,6 +103,28 @@ void check_replay_matches_eager(const Mesh& mesh, const MakeOptimizer& make_opti
   CHECK(captured_opt->step() == steps);
 }
 
+// The training step of a small MLP (784-64-32-10) with Adam, captured and traced once on a batch
+// of 32 under the calling thread's policy.
+struct TracedMlpStep {
+  examples::Mlp model;
+  Adam opt{1e-3};
+  Batch batch;
+  Function step;
+
+  explicit TracedMlpStep(const Mesh& mesh)
+      : model(mesh, {784, 64, 32, 10}, 3),
+        batch(make_batch(model, 32, 9)),
+        step(function([this](const std::vector<DTensor>& args) {
+          return std::vector<DTensor>{train_step(model, opt, args[0], args[1])};
+        })) {
+    step(arguments());
+  }
+  TracedMlpStep(const TracedMlpStep&) = delete;
+  TracedMlpStep& operator=(const TracedMlpStep&) = delete;
+
+  std::vector<DTensor> arguments() const { return {batch.images, batch.labels}; }
+};
+
 std::vector<Mesh> seed_meshes() {
   std::vector<Mesh> meshes;
   if (this_process().count == 1) meshes.push_back(test_mesh({{"batch", 1}}));
@@ -116,6 +139,31 @@ TEST_CASE("a captured MLP step with Adam replays eager's bits on every seed mesh
   for (const Mesh& mesh : seed_meshes()) {
     check_replay_matches_eager(mesh, [] { return std::make_unique<Adam>(1e-3); }, 4, {64});
   }
+}
+
+TEST_CASE("a captured mixed_bfloat16 MLP step with Adam replays eager's bits on every seed mesh") {
+  PolicyScope mixed(Policy::mixed_bfloat16());
+  for (const Mesh& mesh : seed_meshes()) {
+    check_replay_matches_eager(mesh, [] { return std::make_unique<Adam>(1e-3); }, 3, {64});
+  }
+}
+
+TEST_CASE("the mixed_bfloat16 step fuses its six activation and gradient casts", "[local]") {
+  // The same step under both policies: mixed adds the casts of x, h1, h2 and of the three
+  // incoming gradients (each after a product, or ending a relu-grad segment), all fused, each
+  // writing its bf16 value for the products that read it.
+  const Mesh mesh = test_mesh({{"batch", 8}});
+  auto counts = [&](const Policy& policy) {
+    PolicyScope scope(policy);
+    TracedMlpStep traced(mesh);
+    return std::make_pair(traced.step.fused_calls(traced.arguments()),
+                          traced.step.fused_results(traced.arguments()));
+  };
+  const auto [f32_calls, f32_results] = counts(Policy::float32());
+  const auto [mixed_calls, mixed_results] = counts(Policy::mixed_bfloat16());
+  CHECK(f32_calls == 4);  // relu_grad and mul of both hidden layers' VJPs
+  CHECK(mixed_calls == f32_calls + 6);
+  CHECK(mixed_results == f32_results + 6);
 }
 
 TEST_CASE("captured SGD with momentum and AdamW steps replay eager's bits") {
@@ -373,15 +421,8 @@ TEST_CASE("signatures are cached up to a bound; eager mode and nested functions 
 }
 
 TEST_CASE("the captured MLP step replays calls, not ops: no tape, one apply") {
-  const Mesh mesh = test_mesh({{"batch", 8}});
-  examples::Mlp model(mesh, {784, 64, 32, 10}, 3);
-  Adam opt(1e-3);
-  Function step = function([&](const std::vector<DTensor>& args) {
-    return std::vector<DTensor>{train_step(model, opt, args[0], args[1])};
-  });
-  Batch b = make_batch(model, 32, 9);
-  step({b.images, b.labels});
-  const std::string program = step.program_string({b.images, b.labels});
+  TracedMlpStep traced(test_mesh({{"batch", 8}}));
+  const std::string program = traced.step.program_string(traced.arguments());
   INFO(program);
   // Six variable reads for the forward pass and six more where the tape looks the variables up,
   // the gradients' all-reduces as relayouts, and the update as one call.

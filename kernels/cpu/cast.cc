@@ -3,6 +3,8 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/internal.h"
+#include "kernels/cpu/unary.h"
+#include "runtime/elementwise_notes.h"
 
 namespace dtensor::kernels::cpu {
 namespace {
@@ -21,9 +23,19 @@ void scale_all(const T* __restrict x, T* __restrict y, int64_t n, T alpha) {
 
 Tensor cast(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x.clone();
-  // The common bf16 <-> f32 pair has dedicated vectorized loops.
-  if (x.dtype() == DType::kBF16 && dtype == DType::kF32) return internal::bf16_to_f32(x);
-  if (x.dtype() == DType::kF32 && dtype == DType::kBF16) return internal::f32_to_bf16(x);
+  // The common bf16 <-> f32 pair has dedicated vectorized loops, which a captured step's fused
+  // segments also run (cast_into): a recorder tracing somewhere learns what this call was.
+  if (cast_into_supported(x.dtype(), dtype)) {
+    Tensor out = x.dtype() == DType::kBF16 ? internal::bf16_to_f32(x) : internal::f32_to_bf16(x);
+    if (ElementwiseNotes::on()) {
+      ElementwiseNotes::note({ElementwiseNote::Kind::kCast,
+                              static_cast<int>(dtype),
+                              x.dtype(),
+                              {x.raw_data(), nullptr},
+                              out.raw_data()});
+    }
+    return out;
+  }
   Tensor out = Tensor::empty(x.shape(), dtype, x.device());
   const int64_t n = x.num_elements();
   visit_dtype(x.dtype(), [&](auto from) {
@@ -34,6 +46,19 @@ Tensor cast(const Tensor& x, DType dtype) {
     });
   });
   return out;
+}
+
+bool cast_into_supported(DType from, DType to) {
+  return (from == DType::kF32 && to == DType::kBF16) || (from == DType::kBF16 && to == DType::kF32);
+}
+
+void cast_into(DType from, DType to, const void* x, void* y, int64_t n) {
+  DTENSOR_CHECK(cast_into_supported(from, to) && "cast_into pair was checked");
+  if (from == DType::kF32) {
+    internal::round_to_bf16(static_cast<const float*>(x), static_cast<BFloat16*>(y), n);
+  } else {
+    internal::widen_bf16(static_cast<const BFloat16*>(x), static_cast<float*>(y), n);
+  }
 }
 
 Tensor scale(const Tensor& x, double alpha) {

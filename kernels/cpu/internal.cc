@@ -38,8 +38,6 @@ Shape reduced_shape(const Shape& shape, int64_t axis, bool keepdims) {
   return out;
 }
 
-namespace {
-
 // The two conversion loops, compiled for AVX-512 and AVX2 as well (runtime/vector_clones.h): the
 // casts of a mixed_bfloat16 step ran at SSE2 width (5.6% of the captured seed step on the AMD
 // EPYC host). Integer operations only, so every copy gives the same bits.
@@ -63,8 +61,6 @@ DTENSOR_VECTOR_CLONES void round_to_bf16(const float* __restrict src, BFloat16* 
         nan ? static_cast<uint16_t>((u >> 16) | 0x40u) : static_cast<uint16_t>(rounded >> 16);
   }
 }
-
-}  // namespace
 
 Tensor bf16_to_f32(const Tensor& x) {
   Tensor out = Tensor::empty(x.shape(), DType::kF32, x.device());

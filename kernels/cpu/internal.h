@@ -47,6 +47,10 @@ bool broadcasts_to(const Shape& from, const Shape& to);
 // bf16 <-> f32 for whole tensors: the way every kernel supports bf16.
 Tensor bf16_to_f32(const Tensor& x);
 Tensor f32_to_bf16(const Tensor& x);
+// The element loops behind them (also cast_into's, unary.h): widening is exact; rounding is to
+// nearest even, NaN kept quiet with its sign. Buffers must not overlap.
+void widen_bf16(const BFloat16* src, float* dst, int64_t n);
+void round_to_bf16(const float* src, BFloat16* dst, int64_t n);
 
 // Applies a unary op in place to an f32/f64/i32/i64 tensor whose dtype supports it (dense's fused
 // activation).

@@ -8,6 +8,10 @@
 namespace dtensor::capture {
 namespace {
 
+DType result_dtype(const ElementwiseNote& note) {
+  return note.kind == ElementwiseNote::Kind::kCast ? static_cast<DType>(note.op) : note.dtype;
+}
+
 // How an operand of shape `in` lines up with the output shape `out`; nullopt when neither a full,
 // a repeated nor a row operand (a broadcast inside the dims, e.g. [n,1] against [n,m]).
 std::optional<ElementwiseOperand> classify(const Shape& in, const Shape& out) {
@@ -26,10 +30,16 @@ std::optional<ElementwiseOperand> classify(const Shape& in, const Shape& out) {
 }
 
 bool supported(const ElementwiseNote& note) {
-  if (note.kind == ElementwiseNote::Kind::kUnary) {
-    return kernels::cpu::unary_into_supported(static_cast<kernels::UnaryOp>(note.op), note.dtype);
+  switch (note.kind) {
+    case ElementwiseNote::Kind::kUnary:
+      return kernels::cpu::unary_into_supported(static_cast<kernels::UnaryOp>(note.op), note.dtype);
+    case ElementwiseNote::Kind::kBinary:
+      return kernels::cpu::binary_into_supported(static_cast<kernels::BinaryOp>(note.op),
+                                                 note.dtype);
+    case ElementwiseNote::Kind::kCast:
+      return kernels::cpu::cast_into_supported(note.dtype, result_dtype(note));
   }
-  return kernels::cpu::binary_into_supported(static_cast<kernels::BinaryOp>(note.op), note.dtype);
+  return false;
 }
 
 }  // namespace
@@ -69,20 +79,23 @@ std::optional<ElementwiseCall> match_elementwise(const std::vector<ElementwiseNo
     for (const ElementwiseNote& n : notes) {
       if (n.output == y.raw_data()) found = &n;
     }
-    if (found == nullptr || !supported(*found) || found->dtype != y.dtype()) return std::nullopt;
-    const int arity = found->kind == ElementwiseNote::Kind::kUnary ? 1 : 2;
+    if (found == nullptr || !supported(*found) || result_dtype(*found) != y.dtype()) {
+      return std::nullopt;
+    }
+    const int arity = found->kind == ElementwiseNote::Kind::kBinary ? 2 : 1;
     if (arity != call.arity) return std::nullopt;
     if (d == 0) {
       call.kind = found->kind;
       call.op = found->op;
       call.dtype = found->dtype;
+      call.out_dtype = y.dtype();
     } else if (found->kind != call.kind || found->op != call.op || found->dtype != call.dtype) {
       return std::nullopt;
     }
     call.shapes.push_back(y.shape());
     for (size_t k = 0; k < inputs.size(); ++k) {
       const Tensor& x = inputs[k]->shard(d);
-      if (x.raw_data() != found->inputs[k] || x.dtype() != y.dtype()) return std::nullopt;
+      if (x.raw_data() != found->inputs[k] || x.dtype() != found->dtype) return std::nullopt;
       std::optional<ElementwiseOperand> operand = classify(x.shape(), y.shape());
       if (!operand) return std::nullopt;
       call.operands.push_back(*operand);

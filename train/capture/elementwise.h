@@ -1,8 +1,8 @@
 // ElementwiseCall: the structured form of a traced run_local call whose kernel was one CPU
-// elementwise kernel (unary, or binary with broadcasting), recovered from the kernels' notes
-// (runtime/elementwise_notes.h). It says what each device computed in terms a fused segment can run
-// over blocks of elements (train/capture/segment.h): the op, the dtype, each device's output
-// shard shape, and how each operand's elements line up with the output's.
+// elementwise kernel (unary, binary with broadcasting, or an f32 <-> bf16 cast), recovered from the
+// kernels' notes (runtime/elementwise_notes.h). It says what each device computed in terms a fused
+// segment can run over blocks of elements (train/capture/segment.h): the op, the dtype, each
+// device's output shard shape, and how each operand's elements line up with the output's.
 //
 // Plain values; built by the recorder, read by Program::finish. Thread-safety: none needed.
 #pragma once
@@ -29,10 +29,11 @@ struct ElementwiseOperand {
 
 struct ElementwiseCall {
   ElementwiseNote::Kind kind;
-  int op;  // kernels::UnaryOp or kernels::BinaryOp
-  DType dtype;
-  int arity;                                 // 1 or 2
-  std::vector<Shape> shapes;                 // per local device: the output shard's shape
+  int op;                     // kernels::UnaryOp or kernels::BinaryOp (unused for kCast)
+  DType dtype;                // the operands'
+  DType out_dtype;            // the result's: dtype, or a cast's target
+  int arity;                  // 1 or 2
+  std::vector<Shape> shapes;  // per local device: the output shard's shape
   std::vector<ElementwiseOperand> operands;  // [device * arity + k]
   // The period a block of this call must be a multiple of on `device` (1 without kRows).
   int64_t period(size_t device) const;

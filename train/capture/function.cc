@@ -95,12 +95,21 @@ std::string Function::program_string(const std::vector<DTensor>& arguments) cons
   return "";
 }
 
-size_t Function::fused_calls(const std::vector<DTensor>& arguments) const {
+size_t Function::program_count(const std::vector<DTensor>& arguments,
+                               size_t (capture::Program::*count)() const) const {
   std::lock_guard<std::mutex> lock(state_->mu);
   for (const Entry& e : state_->cache) {
-    if (matches(e, arguments)) return e.program->num_fused_calls();
+    if (matches(e, arguments)) return (e.program.get()->*count)();
   }
   return 0;
+}
+
+size_t Function::fused_calls(const std::vector<DTensor>& arguments) const {
+  return program_count(arguments, &capture::Program::num_fused_calls);
+}
+
+size_t Function::fused_results(const std::vector<DTensor>& arguments) const {
+  return program_count(arguments, &capture::Program::num_fused_results);
 }
 
 CollectiveSummary Function::collective_summary(const std::vector<DTensor>& arguments) const {

@@ -83,6 +83,8 @@ class Function {
   std::string program_string(const std::vector<DTensor>& arguments) const;
   // How many of that program's calls replay inside fused elementwise segments (0 if none).
   size_t fused_calls(const std::vector<DTensor>& arguments) const;
+  // How many values those segments write out (the others live in blocks only; 0 if none).
+  size_t fused_results(const std::vector<DTensor>& arguments) const;
   // The collectives that program runs on every replay, as its trace ran them (empty if none).
   CollectiveSummary collective_summary(const std::vector<DTensor>& arguments) const;
 
@@ -101,6 +103,9 @@ class Function {
     int64_t replays = 0;
   };
   static bool matches(const Entry& entry, const std::vector<DTensor>& arguments);
+  // `count` of the cached program for `arguments`' signature, 0 if none.
+  size_t program_count(const std::vector<DTensor>& arguments,
+                       size_t (capture::Program::*count)() const) const;
   std::vector<DTensor> trace(const std::vector<DTensor>& arguments);
 
   std::unique_ptr<State> state_;

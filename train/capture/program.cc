@@ -64,6 +64,11 @@ void Program::finish(int num_arguments, std::vector<int> outputs,
   if (ReplayProfile::enabled_by_environment()) {
     std::vector<std::string> labels;
     for (const Call& call : calls_) labels.push_back(call.label.empty() ? call.op : call.label);
+    // A segment's time goes to its first call: label it as the whole segment.
+    for (size_t g = 0; g < segments_.size(); ++g) {
+      std::string& label = labels[segment_first_call_[g]];
+      label = "segment of " + std::to_string(segments_[g].num_calls()) + " from " + label;
+    }
     profile_.start(labels);
   }
 }
@@ -151,6 +156,12 @@ void Program::plan_segments(const std::vector<int>& last) {
 size_t Program::num_fused_calls() const {
   size_t n = 0;
   for (const Segment& s : segments_) n += s.num_calls();
+  return n;
+}
+
+size_t Program::num_fused_results() const {
+  size_t n = 0;
+  for (const Segment& s : segments_) n += s.num_results();
   return n;
 }
 

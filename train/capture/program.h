@@ -66,6 +66,8 @@ class Program {
   size_t num_calls() const { return calls_.size(); }
   // How many calls replay inside fused elementwise segments, and how many segments there are.
   size_t num_fused_calls() const;
+  // How many values the segments write out (read later, or results of the step).
+  size_t num_fused_results() const;
   size_t num_segments() const { return segments_.size(); }
   size_t num_slots() const { return trace_slots_.size(); }
   // The ops of the calls in order, e.g. "DVariable::value, relayout, run_local, ...".

@@ -14,9 +14,11 @@ namespace {
 // Elements per block: a few values of this many 8-byte elements stay in the L1/L2 caches.
 constexpr int64_t kBlockElements = 2048;
 constexpr size_t kMaxElementSize = 8;
-// Per computation, below this many element operations the pool costs more than it saves (the
-// threshold of run_local, ops/expand.cc).
-constexpr double kParallelWork = 2e5;
+// Below this many element operations in all (every computing device's together) the pool costs
+// more than it saves. run_local's threshold is per computation (2e5, ops/expand.cc, which also
+// shares out BLAS threads); applied per device here it left the seed step's relu-grad segments
+// (8 devices x 11,200 elements x 3 ops) and its input cast on one of the two cores.
+constexpr double kParallelWork = 1e5;
 
 }  // namespace
 
@@ -80,10 +82,12 @@ void Segment::build(const std::vector<Call>& calls, const std::vector<bool>& lat
   for (size_t i = 0; i < calls.size(); ++i) {
     const Call& c = calls[i];
     const ElementwiseCall& e = *c.elementwise;
-    Op op{e.kind == ElementwiseNote::Kind::kUnary,
+    Op op{e.kind,
           e.op,
           e.dtype,
+          e.out_dtype,
           static_cast<uint32_t>(dtype_size(e.dtype)),
+          static_cast<uint32_t>(dtype_size(e.out_dtype)),
           e.arity,
           {},
           {}};
@@ -201,8 +205,8 @@ void Segment::run(std::vector<Slot>& slots) {
   }
   // As run_local does: computations big enough to pay for waking the pool run on it.
   const int64_t groups = static_cast<int64_t>(first_of_group_.size());
-  const double work =
-      static_cast<double>(elements_[first_of_group_[0]]) * static_cast<double>(ops_.size());
+  const double work = static_cast<double>(elements_[first_of_group_[0]]) *
+                      static_cast<double>(ops_.size()) * static_cast<double>(groups);
   if (groups > 1 && work >= kParallelWork && !ThreadPool::in_worker()) {
     ThreadPool::global().parallel_for(
         groups, [this](int64_t g) { run_device(first_of_group_[static_cast<size_t>(g)]); });
@@ -250,7 +254,7 @@ void Segment::run_device(size_t d) {
     const int64_t n = std::min(block, n_all - b);
     for (size_t o = 0; o < ops_.size(); ++o) {
       const Op& op = ops_[o];
-      const size_t es = op.element_size;
+      const size_t es = op.in_size;
       // The operand's elements for block-local position r (see ElementwiseOperand).
       auto operand = [&](int k, int64_t r) -> const unsigned char* {
         const Source& src = op.in[k];
@@ -275,10 +279,14 @@ void Segment::run_device(size_t d) {
       unsigned char* out = op.out.kind == Source::Kind::kRegister
                                ? registers + static_cast<size_t>(op.out.index) * register_bytes
                                : written[static_cast<size_t>(op.out.index) * devices_ + d] +
-                                     static_cast<size_t>(b) * es;
-      if (op.unary) {
+                                     static_cast<size_t>(b) * op.out_size;
+      if (op.kind == ElementwiseNote::Kind::kUnary) {
         kernels::cpu::unary_into(static_cast<kernels::UnaryOp>(op.op), op.dtype, operand(0, 0), out,
                                  n);
+        continue;
+      }
+      if (op.kind == ElementwiseNote::Kind::kCast) {
+        kernels::cpu::cast_into(op.dtype, op.out_dtype, operand(0, 0), out, n);
         continue;
       }
       const ElementwiseOperand* modes = &operands_[(o * devices_ + d) * 2];
@@ -292,7 +300,7 @@ void Segment::run_device(size_t d) {
       for (int64_t r = 0; r < n; r += run) {
         kernels::cpu::binary_into(static_cast<kernels::BinaryOp>(op.op), op.dtype, operand(0, r),
                                   a_repeats, operand(1, r), b_repeats,
-                                  out + static_cast<size_t>(r) * es, run);
+                                  out + static_cast<size_t>(r) * op.out_size, run);
       }
     }
   }

@@ -1,7 +1,9 @@
 // Segment: consecutive elementwise calls of a captured step (train/capture/elementwise.h) on one
 // per-device geometry, replayed as one fused pass. Each device's elements are walked in blocks
 // that fit the cache; for each block every call applies its kernel's own element routine
-// (kernels/cpu/{unary,binary}.h), so the bits are eager's. Values used only inside the
+// (kernels/cpu/{unary,binary}.h; an f32 <-> bf16 cast runs cast()'s loop), so the bits are eager's.
+// A cast ending a chain thus writes its narrow result straight from the block, and the wide value
+// before it is written only when something reads it later. Values used only inside the
 // segment live in per-block registers and are never materialised; values read after it (by a
 // later call or as a result of the step) are written into planned shards: the buffers of the last
 // replay when no one else holds them any more, else an input that dies in the segment, that no
@@ -45,6 +47,8 @@ class Segment {
   void run(std::vector<Slot>& slots);
 
   size_t num_calls() const { return ops_.size(); }
+  // The values written out (the others stay in per-block registers).
+  size_t num_results() const { return written_.size(); }
 
  private:
   // Where an operand or a result lives during a replay.
@@ -54,10 +58,11 @@ class Segment {
     int32_t index;  // into external_slots_, registers, or written_
   };
   struct Op {
-    bool unary;
+    ElementwiseNote::Kind kind;
     int op;
-    DType dtype;
-    uint32_t element_size;
+    DType dtype;                 // the operands'
+    DType out_dtype;             // the result's (differs for casts)
+    uint32_t in_size, out_size;  // element sizes of the operands and of the result
     int arity;
     Source in[2];
     Source out;

@@ -186,3 +186,112 @@ TEST_CASE("a segment writes into an input that dies in it, unless the step retur
     }
   }
 }
+
+namespace {
+
+// f32 values that exercise bf16 rounding: ties to even (both parities) and their neighbours,
+// f32 denormals, the largest floats (rounding to inf), ±inf, quiet and signalling NaNs of both
+// signs, ±0, then random values.
+Tensor rounding_values(const Shape& shape) {
+  const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0xbf808000u,
+                              0xbf818000u, 0x00000001u, 0x00008000u, 0x00018000u, 0x007fffffu,
+                              0x80008000u, 0x807fffffu, 0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u,
+                              0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u,
+                              0xff800001u, 0x00000000u, 0x80000000u, 0x3f800000u};
+  Tensor t = Tensor::empty(shape, DType::kF32);
+  uint32_t* bits = static_cast<uint32_t*>(t.raw_data());
+  uint32_t state = 12345u;
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    state = state * 1664525u + 1013904223u;
+    const size_t n = sizeof(special) / sizeof(special[0]);
+    bits[i] = static_cast<size_t>(i) < n ? special[i] : state;
+  }
+  return t;
+}
+
+// x cast to bf16 straight from the argument; x * s cast to bf16 (the f32 product in registers
+// only); that bf16 value widened and squared. Optionally returns the f32 product too.
+std::vector<DTensor> cast_chain(const std::vector<DTensor>& a, bool return_product) {
+  DTensor direct = cast(a[0], DType::kBF16);
+  DTensor product = mul(a[0], a[1]);
+  DTensor narrow = cast(product, DType::kBF16);
+  DTensor wide = cast(narrow, DType::kF32);
+  std::vector<DTensor> out = {direct, narrow, mul(wide, wide)};
+  if (return_product) out.push_back(product);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("f32 <-> bf16 casts fused into segments round as the eager cast does") {
+  Mesh mesh = Mesh::create({{"batch", 8}}, DeviceType::kCPU);
+  struct Case {
+    bool sharded;
+    int64_t n, m;
+  };
+  for (Case c : {Case{true, 16, 300}, Case{false, 16, 300}, Case{true, 7, 5}}) {
+    for (bool return_product : {false, true}) {
+      CAPTURE(c.sharded, c.n, c.m, return_product);
+      Layout l2 = c.sharded ? Layout::batch_sharded(mesh, "batch", 2) : Layout::replicated(mesh, 2);
+      const Tensor x = rounding_values({c.n, c.m});
+      auto arguments = [&](uint64_t seed) {
+        return std::vector<DTensor>{
+            distribute(x, l2), random_uniform({c.m}, Layout::replicated(mesh, 1), seed, 0.5, 2.0)};
+      };
+      auto step = [return_product](const std::vector<DTensor>& a) {
+        return cast_chain(a, return_product);
+      };
+      Function f = function(step);
+      for (uint64_t seed = 1; seed <= 3; ++seed) {
+        std::vector<DTensor> args = arguments(seed);
+        std::vector<DTensor> eager = step(args);
+        std::vector<DTensor> replayed = f(args);
+        REQUIRE(replayed.size() == eager.size());
+        for (size_t i = 0; i < eager.size(); ++i) {
+          CAPTURE(i);
+          CHECK(replayed[i].dtype() == eager[i].dtype());
+          CHECK(same_bits(eager[i], replayed[i]));
+        }
+        // The direct cast against the scalar rounding of BFloat16(float), element by element.
+        const Tensor direct = to_global(replayed[0]);
+        const BFloat16* got = direct.data<BFloat16>();
+        const float* in = x.data<float>();
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < x.num_elements(); ++i) wrong += got[i].bits != BFloat16(in[i]).bits;
+        CHECK(wrong == 0);
+      }
+      // One segment of all five calls; it writes the three (or four) values the step returns,
+      // and the f32 product and its widened copy only live in blocks when nothing else reads them.
+      CHECK(f.trace_count() == 1);
+      CHECK(f.fused_calls(arguments(1)) == 5);
+      CHECK(f.fused_results(arguments(1)) == (return_product ? 4 : 3));
+    }
+  }
+}
+
+TEST_CASE("a fused cast's source read after the segment is still written") {
+  Mesh mesh = Mesh::create({{"batch", 8}}, DeviceType::kCPU);
+  // relu_grad-like chain as the mixed dense VJP makes it: g * mask, cast to bf16, then the f32
+  // value read again by a reduction (the bias gradient) after the segment.
+  auto step = [](const std::vector<DTensor>& a) {
+    DTensor gz = mul(a[0], relu(a[1]));
+    DTensor g16 = cast(gz, DType::kBF16);
+    DTensor bias = reduce_sum(gz, {0});
+    return std::vector<DTensor>{g16, bias};
+  };
+  Layout l2 = Layout::batch_sharded(mesh, "batch", 2);
+  auto arguments = [&](uint64_t seed) {
+    return std::vector<DTensor>{random_uniform({16, 300}, l2, seed, -2.0, 2.0),
+                                random_uniform({16, 300}, l2, seed + 1, -1.0, 1.0)};
+  };
+  Function f = function(step);
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    std::vector<DTensor> args = arguments(seed * 10);
+    std::vector<DTensor> eager = step(args);
+    std::vector<DTensor> replayed = f(args);
+    for (size_t i = 0; i < eager.size(); ++i) CHECK(same_bits(eager[i], replayed[i]));
+  }
+  // relu, mul and cast in one segment, writing gz (read by the reduction) and the bf16 value.
+  CHECK(f.fused_calls(arguments(1)) == 3);
+  CHECK(f.fused_results(arguments(1)) == 2);
+}
