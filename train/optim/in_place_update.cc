@@ -58,6 +58,26 @@ void with_copy(Tensor* bf16_copy, const Fn& fn) {
 // The loops take their buffers as parameters (element i is read before it is written; no
 // restrict, since the outputs are the inputs).
 template <typename T, typename Copy>
+DTENSOR_VECTOR_CLONES void sgd_range(T lr, T* w, const T* g, Copy copy, int64_t begin,
+                                     int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    w[i] = w[i] - lr * g[i];
+    copy(i, w[i]);
+  }
+}
+
+template <typename T, typename Copy>
+DTENSOR_VECTOR_CLONES void momentum_range(T lr, T mu, bool nesterov, T* w, const T* g, T* v,
+                                          Copy copy, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    const T vel = mu * v[i] - lr * g[i];
+    v[i] = vel;
+    w[i] = nesterov ? w[i] + mu * vel - lr * g[i] : w[i] + vel;
+    copy(i, w[i]);
+  }
+}
+
+template <typename T, typename Copy>
 DTENSOR_VECTOR_CLONES void adam_range(T b1, T b2, T lr_t, T eps, T decay, T* w, const T* g, T* m,
                                       T* v, Copy copy, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; ++i) {
@@ -80,10 +100,8 @@ void sgd_in_place(Tensor& var, const Tensor& grad, double lr, Tensor* bf16_copy)
     const T* g = grad.data<T>();
     const T a = static_cast<T>(lr);
     with_copy(bf16_copy, [&](auto copy) {
-      for (int64_t i = 0; i < var.num_elements(); ++i) {
-        w[i] = w[i] - a * g[i];
-        copy(i, w[i]);
-      }
+      over_parts(var.num_elements(),
+                 [&](int64_t begin, int64_t end) { sgd_range<T>(a, w, g, copy, begin, end); });
     });
   });
 }
@@ -98,12 +116,9 @@ void sgd_momentum_in_place(Tensor& var, const Tensor& grad, Tensor& velocity, do
     const T a = static_cast<T>(lr);
     const T mu = static_cast<T>(momentum);
     with_copy(bf16_copy, [&](auto copy) {
-      for (int64_t i = 0; i < var.num_elements(); ++i) {
-        T vel = mu * v[i] - a * g[i];
-        v[i] = vel;
-        w[i] = nesterov ? w[i] + mu * vel - a * g[i] : w[i] + vel;
-        copy(i, w[i]);
-      }
+      over_parts(var.num_elements(), [&](int64_t begin, int64_t end) {
+        momentum_range<T>(a, mu, nesterov, w, g, v, copy, begin, end);
+      });
     });
   });
 }
