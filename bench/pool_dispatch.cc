@@ -2,11 +2,13 @@
 // plus one worker), in the situations a captured training step puts it in: calls back to back
 // (the worker is still spinning), calls separated by serial work on the caller (the worker may
 // have gone to sleep), and calls after a long idle pause (it has). Each task busy-waits `work_us`,
-// so a worker that arrives late shows up as extra time: the caller then runs both tasks itself.
+// so a worker that arrives late shows up as extra time: the caller then runs both tasks itself
+// (worker_ran_pct: the share of calls in which the worker ran a task).
 // Also prints the process CPU time burnt while the pool sits idle after a call.
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -63,6 +65,8 @@ int main(int argc, char** argv) {
       const int64_t n_calls = c.sleep_gap ? std::min<int64_t>(calls, 100) : calls;
       std::vector<double> overhead;
       overhead.reserve(static_cast<size_t>(n_calls));
+      int64_t worker_ran = 0;  // timed calls in which the worker ran a task
+      const std::thread::id caller = std::this_thread::get_id();
       for (int64_t k = 0; k < n_calls + 5; ++k) {
         if (c.sleep_gap) {
           std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(c.gap_us)));
@@ -70,16 +74,25 @@ int main(int argc, char** argv) {
           busy_wait_us(c.gap_us);
         }
         const auto start = Clock::now();
-        pool.parallel_for(2, [&](int64_t) { busy_wait_us(work_us); });
+        std::atomic<bool> on_worker{false};
+        pool.parallel_for(2, [&](int64_t) {
+          if (std::this_thread::get_id() != caller) on_worker = true;
+          busy_wait_us(work_us);
+        });
         const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-        if (k >= 5) overhead.push_back(us - work_us);
+        if (k >= 5) {
+          overhead.push_back(us - work_us);
+          worker_ran += on_worker.load() ? 1 : 0;
+        }
       }
       bench::report("pool_dispatch",
                     {{"case", std::string(c.name)},
                      {"idle_spin_us", idle_spin_us},
                      {"gap_us", c.gap_us},
                      {"work_us", work_us},
-                     {"calls", n_calls}},
+                     {"calls", n_calls},
+                     {"worker_ran_pct",
+                      100.0 * static_cast<double>(worker_ran) / static_cast<double>(n_calls)}},
                     median(overhead), "us");
     }
   }
