@@ -64,6 +64,14 @@ long long_from_env(const char* name, long fallback, long min, long max, const ch
   return value;
 }
 
+// How many processes the launcher (Open MPI, MPICH) started on this host; 1 outside a launch.
+long local_processes() {
+  const char* text = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (text == nullptr) text = std::getenv("MPI_LOCALNRANKS");
+  const long n = text != nullptr ? std::strtol(text, nullptr, 10) : 1;
+  return n >= 1 ? n : 1;
+}
+
 }  // namespace
 
 struct ThreadPool::Job {
@@ -112,12 +120,17 @@ void ThreadPool::stop_workers() {
 
 ThreadPool& ThreadPool::global() {
   // Never destroyed: workers stay parked until exit, and static destructors may still use it.
-  static ThreadPool* pool = new ThreadPool(
-      static_cast<int>(long_from_env(
-          "DTENSOR_NUM_THREADS", std::max(1, static_cast<int>(std::thread::hardware_concurrency())),
-          1, 65536, "a positive integer")),
-      std::chrono::microseconds(long_from_env("DTENSOR_POOL_SPIN_US", kDefaultIdleSpin.count(), 0,
-                                              1000000, "an integer from 0 to 1000000")));
+  static ThreadPool* pool = [] {
+    const long cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    const long threads =
+        long_from_env("DTENSOR_NUM_THREADS", cores, 1, 65536, "a positive integer");
+    // Ranks that share the cores would lose them to each other's spinning workers.
+    const std::chrono::microseconds spin =
+        threads * local_processes() > cores ? kSharedCoresIdleSpin : kDefaultIdleSpin;
+    return new ThreadPool(static_cast<int>(threads), std::chrono::microseconds(long_from_env(
+                                                         "DTENSOR_POOL_SPIN_US", spin.count(), 0,
+                                                         1000000, "an integer from 0 to 1000000")));
+  }();
   return *pool;
 }
 

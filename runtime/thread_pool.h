@@ -34,8 +34,11 @@ namespace dtensor {
 
 class ThreadPool {
  public:
-  // How long an idle worker, or a caller waiting for helpers, spins before sleeping.
+  // How long an idle worker, or a caller waiting for helpers, spins before sleeping: by default,
+  // and in the global pool of a process that shares the cores with other ranks of an MPI launch
+  // (pool threads x local ranks > cores).
   static constexpr std::chrono::microseconds kDefaultIdleSpin{300};
+  static constexpr std::chrono::microseconds kSharedCoresIdleSpin{30};
 
   // `num_threads` is the total parallelism, the calling thread included; must be >= 1, and
   // `idle_spin` >= 0 (throws InvalidArgumentError otherwise).
@@ -46,11 +49,14 @@ class ThreadPool {
 
   // The process-wide pool, sized to std::thread::hardware_concurrency() (at least 1). The
   // environment variable DTENSOR_NUM_THREADS, when set, overrides the size, and
-  // DTENSOR_POOL_SPIN_US the idle spin window in microseconds (0: sleep at once); a value that is
-  // not an integer in range throws InvalidArgumentError.
+  // DTENSOR_POOL_SPIN_US the idle spin window in microseconds (0: sleep at once; default
+  // kDefaultIdleSpin, or kSharedCoresIdleSpin when the launcher's OMPI_COMM_WORLD_LOCAL_SIZE or
+  // MPI_LOCALNRANKS ranks need more threads than there are cores); a value that is not an integer
+  // in range throws InvalidArgumentError.
   static ThreadPool& global();
 
   int num_threads() const { return num_threads_; }
+  std::chrono::microseconds idle_spin() const { return idle_spin_; }
 
   // Runs fn(i) for every i in [0, n) and returns when all are done; the calling thread takes part.
   // If a task throws, indices that have not started yet are skipped, and the first exception is

@@ -251,6 +251,11 @@ TEST_CASE("the global pool is sized from the machine or DTENSOR_NUM_THREADS") {
   } else {
     CHECK(pool.num_threads() >= 1);
   }
+  if (const char* env = std::getenv("DTENSOR_POOL_SPIN_US")) {
+    CHECK(pool.idle_spin().count() == std::atoi(env));
+  } else if (std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE") == nullptr) {
+    CHECK(pool.idle_spin() == ThreadPool::kDefaultIdleSpin);
+  }
   IndexCounter counter(100);
   pool.parallel_for(100, [&](int64_t i) { counter.hit(i); });
   CHECK(counter.each_exactly_once());
